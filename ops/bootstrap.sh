@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One entry point for set-up on Debian 12 (run as root). Idempotent: installs only
+# what is missing, then runs the requested action.
+#
+#   ops/bootstrap.sh serve [serve options...]   install, then start the server
+#   ops/bootstrap.sh test  [pytest options...]  install, then run the whole test suite
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${OPENCLAW_VENV:-$ROOT/.venv}"
+DEB_PACKAGES=(python3 python3-venv python3-dev flite libflite1 sip-tester tshark sox procps iproute2)
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+install_debian_packages() {
+    local missing=()
+    for pkg in "${DEB_PACKAGES[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$pkg")
+        fi
+    done
+    if ((${#missing[@]})); then
+        log "installing Debian packages: ${missing[*]}"
+        local sudo=""
+        [[ $(id -u) -eq 0 ]] || sudo="sudo"
+        $sudo apt-get update -qq
+        # tshark asks whether non-root users may capture; answer "no" without a prompt.
+        echo "wireshark-common wireshark-common/install-setuid boolean false" | $sudo debconf-set-selections
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+pick_python() {
+    # pjsua2-python ships wheels for CPython 3.8-3.12 only.
+    for candidate in /usr/bin/python3.12 /usr/bin/python3.11 python3.12 python3.11; do
+        if command -v "$candidate" >/dev/null 2>&1; then
+            command -v "$candidate"
+            return
+        fi
+    done
+    log "no CPython 3.11 or 3.12 found"; exit 1
+}
+
+install_virtualenv() {
+    local stamp="$VENV/.openclaw-installed"
+    local want
+    want="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        return
+    fi
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        log "creating virtualenv $VENV"
+        "$(pick_python)" -m venv "$VENV"
+    fi
+    log "installing Python dependencies"
+    "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[test]"
+    echo "$want" > "$stamp"
+}
+
+action="${1:-}"
+[[ -n "$action" ]] && shift
+case "$action" in
+    serve)
+        install_debian_packages
+        install_virtualenv
+        exec "$VENV/bin/openclaw-voice" serve "$@"
+        ;;
+    test)
+        install_debian_packages
+        install_virtualenv
+        cd "$ROOT"
+        set +e
+        "$VENV/bin/python" -m pytest "$@"
+        rc=$?
+        set -e
+        if [[ $rc -eq 5 ]]; then
+            log "pytest collected no tests: failing"
+            exit 1
+        fi
+        exit $rc
+        ;;
+    install)
+        install_debian_packages
+        install_virtualenv
+        ;;
+    *)
+        echo "usage: $0 serve|test|install [args...]" >&2
+        exit 2
+        ;;
+esac
