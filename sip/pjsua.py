@@ -1,0 +1,680 @@
+"""The pjsua2 adapter: the only module of the project that imports pjsua2.
+
+Threading model (see DESIGN.md, "Platform facts"):
+
+* The pjsua2 endpoint runs with no worker threads (``threadCnt = 0``,
+  ``mainThreadOnly = True``); :class:`SipStack` polls it from the Twisted
+  reactor with ``libHandleEvents(0)``. Every SIP callback therefore runs on the
+  reactor thread, and every pjsua2 API is called from the reactor thread.
+* The null audio device clocks the conference bridge on pjmedia's clock
+  thread. :class:`_MediaPort` callbacks run there: they only move bytes between
+  the bridge and the thread-safe :class:`FrameSink` / :class:`FrameSource`
+  objects the application supplies, and never call pjsua2.
+* pjsua2 aborts the whole process on misuse (a C assertion), so every callback
+  checks ids and state before touching pjsua2 and catches all exceptions.
+
+Admission happens before pjsua allocates a call: a small pjsip module (in C
+terms, registered through ctypes) sees each out-of-dialog INVITE first and
+can answer it statelessly (e.g. ``503`` with ``Retry-After`` at capacity, or
+``404`` for an unrouted number). pjsua's own limit (4 calls in the wheel) would
+otherwise answer a stateless ``486``, which proxies do not fail over on.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import pjsua2 as pj
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from sip.message import SipRequest, parse_request
+
+log = Logger(namespace="openclaw.sip")
+
+#: pjsua2-python is compiled with PJSUA_MAX_CALLS = 4.
+PJSUA_MAX_CALLS = 4
+
+CODEC_IDS = {
+    "PCMU": "PCMU/8000",
+    "PCMA": "PCMA/8000",
+    "G722": "G722/16000",
+}
+
+
+@dataclass(frozen=True)
+class RegistrationConfig:
+    """Register this agent with a SIP registrar / trunk."""
+
+    registrar_uri: str
+    aor: str
+    username: str = ""
+    password: str = ""
+    realm: str = "*"
+    expires_s: int = 300
+
+
+@dataclass(frozen=True)
+class SipConfig:
+    host: str = "0.0.0.0"
+    port: int = 5060
+    public_address: str = ""
+    codecs: tuple[str, ...] = ("PCMU", "PCMA", "G722")
+    clock_rate_hz: int = 16000
+    frame_ms: int = 10
+    jb_init_ms: int = -1
+    jb_min_pre_ms: int = -1
+    jb_max_pre_ms: int = -1
+    jb_max_ms: int = -1
+    user_agent: str = "OpenClaw-Voice"
+    log_level: int = 1
+    registration: RegistrationConfig | None = None
+    poll_interval_s: float = 0.005
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A final response that refuses a call before it is created."""
+
+    status: int
+    reason: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class FrameSink(Protocol):
+    """Receives caller audio; called on pjmedia's clock thread. Must not block."""
+
+    def push_frame(self, pcm: bytes) -> None: ...
+
+
+class FrameSource(Protocol):
+    """Supplies agent audio; called on pjmedia's clock thread. Must not block."""
+
+    def pull_frame(self, nbytes: int) -> bytes: ...
+
+
+class CallHandler(Protocol):
+    """What the application implements; everything is called on the reactor thread."""
+
+    def admit(self, request: SipRequest) -> Rejection | None:
+        """Decide on an out-of-dialog INVITE before pjsua allocates a call."""
+
+    def incoming_call(self, call: "SipCall") -> None:
+        """A new call; answer or reject it."""
+
+
+@dataclass
+class CallCallbacks:
+    """Per-call hooks the application sets; all run on the reactor thread."""
+
+    on_media_active: Callable[[], None] = lambda: None
+    on_dtmf: Callable[[str], None] = lambda digit: None
+    on_transfer_status: Callable[[int, str, bool], None] = lambda code, reason, final: None
+    on_disconnected: Callable[[int, str], None] = lambda code, reason: None
+    on_confirmed: Callable[[], None] = lambda: None
+
+
+class _MediaPort(pj.AudioMediaPort):
+    """Moves PCM between the conference bridge and the application (clock thread)."""
+
+    def __init__(self, sink: FrameSink, source: FrameSource) -> None:
+        super().__init__()
+        self._sink = sink
+        self._source = source
+        self.frames_in = 0
+        self.frames_out = 0
+
+    def onFrameReceived(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 API)
+        try:
+            if frame.type == pj.PJMEDIA_FRAME_TYPE_AUDIO and frame.size:
+                self.frames_in += 1
+                self._sink.push_frame(bytes(frame.buf))
+        except Exception:  # never let an exception cross into C++
+            log.failure("media sink failed")
+
+    def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 API)
+        try:
+            nbytes = frame.size
+            data = self._source.pull_frame(nbytes)
+            frame.type = pj.PJMEDIA_FRAME_TYPE_AUDIO
+            frame.buf = pj.ByteVector(data)
+            frame.size = len(data)
+            self.frames_out += 1
+        except Exception:
+            log.failure("media source failed")
+
+
+class _PjCall(pj.Call):
+    def __init__(self, owner: "SipCall", acc: pj.Account, call_id: int = pj.PJSUA_INVALID_ID) -> None:
+        super().__init__(acc, call_id)
+        self._owner = owner
+
+    def onCallState(self, prm: pj.OnCallStateParam) -> None:  # noqa: N802
+        self._owner._on_state()
+
+    def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:  # noqa: N802
+        self._owner._on_media_state()
+
+    def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:  # noqa: N802
+        self._owner._on_dtmf(prm.digit)
+
+    def onCallTransferStatus(self, prm: pj.OnCallTransferStatusParam) -> None:  # noqa: N802
+        self._owner._on_transfer_status(prm.statusCode, prm.reason, bool(prm.finalNotify))
+        prm.cont = not prm.finalNotify
+
+
+class SipCall:
+    """One call leg, inbound or outbound. Use only on the reactor thread."""
+
+    def __init__(self, stack: "SipStack", request: SipRequest | None) -> None:
+        self._stack = stack
+        self.request = request
+        self.callbacks = CallCallbacks()
+        self._pj: _PjCall | None = None
+        self._port: _MediaPort | None = None
+        self._media: pj.AudioMedia | None = None
+        self._sink: FrameSink | None = None
+        self._source: FrameSource | None = None
+        self.disconnected = False
+        self.confirmed = False
+        self.sip_call_id = request.call_id if request else ""
+        self.codec = ""
+        self.last_status = 0
+
+    # -- attributes -----------------------------------------------------
+    @property
+    def called(self) -> str:
+        return self.request.called if self.request else ""
+
+    @property
+    def caller(self) -> str:
+        return self.request.caller if self.request else ""
+
+    def header(self, name: str) -> str | None:
+        return self.request.header(name) if self.request else None
+
+    # -- actions (reactor thread) ---------------------------------------
+    def attach_media(self, sink: FrameSink, source: FrameSource) -> None:
+        """Route audio to *sink* and from *source* once media is active."""
+        self._sink, self._source = sink, source
+        self._connect_media()
+
+    def answer(self, status: int = 200, reason: str = "", headers: tuple[tuple[str, str], ...] = ()) -> None:
+        if self._pj is None or self.disconnected:
+            return
+        prm = pj.CallOpParam(True)
+        prm.statusCode = status
+        if reason:
+            prm.reason = reason
+        _add_headers(prm, headers)
+        try:
+            self._pj.answer(prm)
+        except pj.Error as e:
+            log.warn("answer {status} failed: {err}", status=status, err=e.info(), call_id=self.sip_call_id)
+
+    def hangup(self, status: int = 0, reason: str = "") -> None:
+        if self._pj is None or self.disconnected:
+            return
+        prm = pj.CallOpParam(True)
+        if status:
+            prm.statusCode = status
+        if reason:
+            prm.reason = reason
+        try:
+            self._pj.hangup(prm)
+        except pj.Error as e:
+            log.warn("hangup failed: {err}", err=e.info(), call_id=self.sip_call_id)
+
+    def transfer(self, target_uri: str) -> bool:
+        """Blind transfer with REFER; progress arrives at ``on_transfer_status``."""
+        if self._pj is None or self.disconnected:
+            return False
+        try:
+            self._pj.xfer(target_uri, pj.CallOpParam(True))
+            return True
+        except pj.Error as e:
+            log.warn("REFER to {uri} failed: {err}", uri=target_uri, err=e.info(), call_id=self.sip_call_id)
+            return False
+
+    def send_dtmf(self, digits: str) -> None:
+        if self._pj is None or self.disconnected:
+            return
+        try:
+            self._pj.dialDtmf(digits)
+        except pj.Error as e:
+            log.warn("DTMF failed: {err}", err=e.info(), call_id=self.sip_call_id)
+
+    def rtp_stats(self) -> dict[str, int]:
+        """Packet counters of the call's audio stream (empty when there is none)."""
+        if self._pj is None or self.disconnected or self._media is None:
+            return {}
+        try:
+            st = self._pj.getStreamStat(0)
+            return {"rx_packets": st.rtcp.rxStat.pkt, "tx_packets": st.rtcp.txStat.pkt,
+                    "rx_lost": st.rtcp.rxStat.loss}
+        except pj.Error:
+            return {}
+
+    # -- pjsua2 callbacks (reactor thread) --------------------------------
+    def _on_state(self) -> None:
+        if self._pj is None:
+            return
+        try:
+            ci = self._pj.getInfo()
+        except pj.Error:
+            return
+        self.last_status = ci.lastStatusCode
+        if not self.sip_call_id:
+            self.sip_call_id = ci.callIdString
+        if ci.state == pj.PJSIP_INV_STATE_CONFIRMED and not self.confirmed:
+            self.confirmed = True
+            _safe(self.callbacks.on_confirmed)
+        elif ci.state == pj.PJSIP_INV_STATE_DISCONNECTED and not self.disconnected:
+            self.disconnected = True
+            self._release_media()
+            _safe(self.callbacks.on_disconnected, ci.lastStatusCode, ci.lastReason)
+            self._stack._forget(self)
+
+    def _on_media_state(self) -> None:
+        if self._pj is None or self.disconnected:
+            return
+        try:
+            ci = self._pj.getInfo()
+        except pj.Error:
+            return
+        for i, mi in enumerate(ci.media):
+            if mi.type == pj.PJMEDIA_TYPE_AUDIO and mi.status == pj.PJSUA_CALL_MEDIA_ACTIVE:
+                try:
+                    self._media = self._pj.getAudioMedia(i)
+                    self.codec = self._pj.getStreamInfo(i).codecName
+                except pj.Error as e:
+                    log.warn("no audio media: {err}", err=e.info(), call_id=self.sip_call_id)
+                    return
+                self._connect_media()
+                _safe(self.callbacks.on_media_active)
+                return
+
+    def _connect_media(self) -> None:
+        if self._media is None or self._sink is None or self._source is None or self._port is not None:
+            return
+        port = _MediaPort(self._sink, self._source)
+        fmt = pj.MediaFormatAudio()
+        cfg = self._stack.config
+        fmt.init(pj.PJMEDIA_FORMAT_PCM, cfg.clock_rate_hz, 1, cfg.frame_ms * 1000, 16)
+        port.createPort(f"call{id(self) & 0xffff:x}", fmt)
+        self._media.startTransmit(port)
+        port.startTransmit(self._media)
+        self._port = port
+
+    def _release_media(self) -> None:
+        port, self._port = self._port, None
+        self._media = None
+        if port is not None:
+            # Destroying the port unregisters it from the conference bridge.
+            self._stack._graveyard.append(port)
+
+    def _on_dtmf(self, digit: str) -> None:
+        if not self.disconnected:
+            _safe(self.callbacks.on_dtmf, digit)
+
+    def _on_transfer_status(self, code: int, reason: str, final: bool) -> None:
+        if not self.disconnected:
+            _safe(self.callbacks.on_transfer_status, code, reason, final)
+
+
+class _Account(pj.Account):
+    def __init__(self, stack: "SipStack") -> None:
+        super().__init__()
+        self._stack = stack
+
+    def onIncomingCall(self, prm: pj.OnIncomingCallParam) -> None:  # noqa: N802
+        self._stack._on_incoming(self, prm)
+
+    def onRegState(self, prm: pj.OnRegStateParam) -> None:  # noqa: N802
+        self._stack._on_reg_state(prm.code, prm.reason, prm.expiration)
+
+
+class SipStack:
+    """A pjsua2 endpoint, its UDP transport and account, polled by the reactor."""
+
+    def __init__(self, config: SipConfig, reactor: IReactorTime, handler: CallHandler | None = None,
+                 on_registration: Callable[[int, str, int], None] | None = None) -> None:
+        self.config = config
+        self._reactor = reactor
+        self._handler = handler
+        self._on_registration = on_registration
+        self._ep: pj.Endpoint | None = None
+        self._account: _Account | None = None
+        self._calls: dict[int, SipCall] = {}
+        self._graveyard: list[object] = []
+        self._poller: LoopingCall | None = None
+        self._gate: _AdmissionGate | None = None
+        self.bound_port = 0
+
+    @property
+    def calls(self) -> list[SipCall]:
+        return list(self._calls.values())
+
+    def start(self) -> None:
+        ep = pj.Endpoint()
+        ep.libCreate()
+        epc = pj.EpConfig()
+        epc.uaConfig.threadCnt = 0
+        epc.uaConfig.mainThreadOnly = True
+        epc.uaConfig.maxCalls = PJSUA_MAX_CALLS
+        epc.uaConfig.userAgent = self.config.user_agent
+        epc.logConfig.level = self.config.log_level
+        epc.logConfig.consoleLevel = self.config.log_level
+        med = epc.medConfig
+        med.clockRate = self.config.clock_rate_hz
+        med.sndClockRate = self.config.clock_rate_hz
+        med.audioFramePtime = self.config.frame_ms
+        med.noVad = True
+        med.ecTailLen = 0
+        med.quality = 4
+        for attr, value in (("jbInit", self.config.jb_init_ms), ("jbMinPre", self.config.jb_min_pre_ms),
+                            ("jbMaxPre", self.config.jb_max_pre_ms), ("jbMax", self.config.jb_max_ms)):
+            setattr(med, attr, value)
+        ep.libInit(epc)
+        tcfg = pj.TransportConfig()
+        tcfg.port = self.config.port
+        if self.config.host not in ("", "0.0.0.0"):
+            tcfg.boundAddress = self.config.host
+        if self.config.public_address:
+            tcfg.publicAddress = self.config.public_address
+        tid = ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, tcfg)
+        self.bound_port = ep.transportGetInfo(tid).localName.rsplit(":", 1)[-1]
+        self.bound_port = int(self.bound_port)
+        ep.audDevManager().setNullDev()
+        self._set_codecs(ep)
+        ep.libStart()
+        self._ep = ep
+        if self._handler is not None:
+            self._gate = _AdmissionGate(self)
+        self._account = self._create_account()
+        self._poller = LoopingCall(self._poll)
+        self._poller.clock = self._reactor
+        self._poller.start(self.config.poll_interval_s, now=True)
+
+    def _set_codecs(self, ep: pj.Endpoint) -> None:
+        wanted = [CODEC_IDS[c] for c in self.config.codecs if c in CODEC_IDS]
+        for info in ep.codecEnum2():
+            cid = info.codecId
+            prio = 0
+            for rank, want in enumerate(wanted):
+                if cid.lower().startswith(want.lower()):
+                    prio = 250 - rank * 10
+            ep.codecSetPriority(cid, prio)
+        # RFC 4733 telephone-events are always offered by pjsua.
+
+    def _create_account(self) -> _Account:
+        acfg = pj.AccountConfig()
+        reg = self.config.registration
+        host = self.config.public_address or (self.config.host if self.config.host not in ("", "0.0.0.0") else "127.0.0.1")
+        acfg.idUri = reg.aor if reg else f"sip:agent@{host}:{self.bound_port}"
+        if reg:
+            acfg.regConfig.registrarUri = reg.registrar_uri
+            acfg.regConfig.timeoutSec = reg.expires_s
+            acfg.regConfig.retryIntervalSec = 30
+            if reg.username:
+                acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", reg.realm, reg.username, 0, reg.password))
+        else:
+            acfg.regConfig.registerOnAdd = False
+        acc = _Account(self)
+        acc.create(acfg, True)
+        return acc
+
+    def stop(self) -> None:
+        """Hang up every call and destroy the endpoint."""
+        if self._ep is None:
+            return
+        if self._poller is not None and self._poller.running:
+            self._poller.stop()
+        try:
+            self._ep.hangupAllCalls()
+            for _ in range(20):
+                self._ep.libHandleEvents(10)
+        except pj.Error:
+            pass
+        self._calls.clear()
+        self._graveyard.clear()
+        if self._account is not None:
+            try:
+                self._account.shutdown()
+            except pj.Error:
+                pass
+            self._account = None
+        if self._gate is not None:
+            self._gate.unregister()
+        self._ep.libDestroy()
+        self._ep = None
+
+    def make_call(self, uri: str, headers: tuple[tuple[str, str], ...] = ()) -> SipCall:
+        """Place an outbound call (used by the test caller and bridged transfers)."""
+        assert self._account is not None
+        call = SipCall(self, None)
+        pjc = _PjCall(call, self._account)
+        call._pj = pjc
+        prm = pj.CallOpParam(True)
+        _add_headers(prm, headers)
+        pjc.makeCall(uri, prm)
+        self._calls[pjc.getId()] = call
+        return call
+
+    # -- internals ----------------------------------------------------------
+    def _poll(self) -> None:
+        if self._ep is None:
+            return
+        try:
+            self._ep.libHandleEvents(0)
+        except pj.Error as e:
+            log.warn("libHandleEvents: {err}", err=e.info())
+        if self._graveyard:
+            self._graveyard.clear()
+
+    def _on_incoming(self, acc: _Account, prm: pj.OnIncomingCallParam) -> None:
+        try:
+            request = parse_request(prm.rdata.wholeMsg)
+        except ValueError:
+            request = None
+        call = SipCall(self, request)
+        pjc = _PjCall(call, acc, prm.callId)
+        call._pj = pjc
+        self._calls[prm.callId] = call
+        if self._handler is None:
+            call.answer(603, "Decline")
+            return
+        try:
+            self._handler.incoming_call(call)
+        except Exception:
+            log.failure("incoming call handler failed", call_id=call.sip_call_id)
+            call.answer(500, "Server Internal Error")
+
+    def _forget(self, call: SipCall) -> None:
+        for key, value in list(self._calls.items()):
+            if value is call:
+                del self._calls[key]
+        # Drop the pjsua2 object on a later turn, never inside its own callback.
+        if call._pj is not None:
+            self._graveyard.append(call._pj)
+            self._reactor.callLater(0, self._bury, call)
+
+    def _bury(self, call: SipCall) -> None:
+        call._pj = None
+
+    def _on_reg_state(self, code: int, reason: str, expiration: int) -> None:
+        if self._on_registration is not None:
+            _safe(self._on_registration, code, reason, expiration)
+
+    def _admit(self, raw: str) -> Rejection | None:
+        if self._handler is None:
+            return None
+        try:
+            request = parse_request(raw)
+        except ValueError as e:
+            return Rejection(400, f"Bad Request ({e})"[:120])
+        if request.method != "INVITE" or request.to_tag:
+            return None
+        return self._handler.admit(request)
+
+
+class _PjStr(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_char_p), ("slen", ctypes.c_ssize_t)]
+
+
+_RX_REQUEST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class _PjsipModule(ctypes.Structure):
+    _fields_ = [
+        ("prev", ctypes.c_void_p), ("next", ctypes.c_void_p),
+        ("name", _PjStr), ("id", ctypes.c_int), ("priority", ctypes.c_int),
+        ("load", ctypes.c_void_p), ("start", ctypes.c_void_p),
+        ("stop", ctypes.c_void_p), ("unload", ctypes.c_void_p),
+        ("on_rx_request", _RX_REQUEST), ("on_rx_response", ctypes.c_void_p),
+        ("on_tx_request", ctypes.c_void_p), ("on_tx_response", ctypes.c_void_p),
+        ("on_tsx_state", ctypes.c_void_p),
+    ]
+
+
+class _PjsipHdr(ctypes.Structure):
+    _fields_ = [
+        ("prev", ctypes.c_void_p), ("next", ctypes.c_void_p), ("type", ctypes.c_int),
+        ("name", _PjStr), ("sname", _PjStr), ("vptr", ctypes.c_void_p),
+    ]
+
+
+# Between the dialog layer (32, which consumes in-dialog requests) and
+# pjsua's application module (64, which creates calls).
+_GATE_PRIORITY = 60
+
+
+class _AdmissionGate:
+    """A pjsip module that answers out-of-dialog INVITEs statelessly when refused."""
+
+    def __init__(self, stack: SipStack) -> None:
+        import pjsua2._pjsua2 as native
+
+        self._stack = stack
+        lib = ctypes.CDLL(native.__file__)
+        self._lib = lib
+        lib.pjsua_get_pjsip_endpt.restype = ctypes.c_void_p
+        lib.pjsip_rx_data_get_info.restype = ctypes.c_void_p
+        lib.pjsip_rx_data_get_info.argtypes = [ctypes.c_void_p]
+        lib.pjsua_pool_create.restype = ctypes.c_void_p
+        lib.pjsua_pool_create.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t]
+        lib.pjsip_generic_string_hdr_create.restype = ctypes.c_void_p
+        lib.pjsip_generic_string_hdr_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(_PjStr), ctypes.POINTER(_PjStr)]
+        lib.pjsip_endpt_respond_stateless.restype = ctypes.c_int
+        lib.pjsip_endpt_respond_stateless.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                                      ctypes.POINTER(_PjStr), ctypes.c_void_p, ctypes.c_void_p]
+        lib.pjsip_endpt_register_module.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.pjsip_endpt_unregister_module.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self._endpt = lib.pjsua_get_pjsip_endpt()
+        self._pool = lib.pjsua_pool_create(b"openclaw-gate", 1024, 1024)
+        self._name = b"mod-openclaw-admission"
+        self._callback = _RX_REQUEST(self._on_rx_request)
+        self._module = _PjsipModule()
+        self._module.name = _PjStr(self._name, len(self._name))
+        self._module.id = -1
+        self._module.priority = _GATE_PRIORITY
+        self._module.on_rx_request = self._callback
+        self._msg_info_offset: int | None = None
+        self._headers: dict[tuple[str, str], int] = {}
+        status = lib.pjsip_endpt_register_module(self._endpt, ctypes.byref(self._module))
+        if status != 0:
+            raise RuntimeError(f"cannot register the admission module (pj_status {status})")
+        self._registered = True
+
+    def unregister(self) -> None:
+        if self._registered:
+            self._lib.pjsip_endpt_unregister_module(self._endpt, ctypes.byref(self._module))
+            self._registered = False
+
+    def _raw_message(self, rdata: int) -> str | None:
+        """The request's text, read through rdata->msg_info (offset found once)."""
+        info = self._lib.pjsip_rx_data_get_info(rdata)
+        if not info:
+            return None
+        ptr_size = ctypes.sizeof(ctypes.c_void_p)
+        if self._msg_info_offset is None:
+            # pjsip_rx_data_get_info() caches its string in msg_info.info, whose
+            # neighbours are msg_buf, len and msg (pjsip/sip_transport.h). The
+            # packet buffer's size is a build option, so find the field by value.
+            for off in range(0, 32768, ptr_size):
+                if ctypes.c_void_p.from_address(rdata + off).value == info:
+                    self._msg_info_offset = off - 3 * ptr_size
+                    break
+            else:
+                return None
+        base = rdata + self._msg_info_offset
+        msg_buf = ctypes.c_void_p.from_address(base).value
+        length = ctypes.c_int.from_address(base + ptr_size).value
+        if not msg_buf or not 0 < length < 65536:
+            return None
+        return ctypes.string_at(msg_buf, length).decode("utf-8", "replace")
+
+    def _on_rx_request(self, rdata: int) -> int:
+        try:
+            info = self._lib.pjsip_rx_data_get_info(rdata)
+            if not info or not ctypes.string_at(info, 20).startswith(b"Request msg INVITE/"):
+                return 0
+            raw = self._raw_message(rdata)
+            if raw is None:
+                return 0
+            rejection = self._stack._admit(raw)
+            if rejection is None:
+                return 0
+            return self._respond(rdata, rejection)
+        except Exception:
+            log.failure("admission gate failed; letting pjsua handle the request")
+            return 0
+
+    def _respond(self, rdata: int, rejection: Rejection) -> int:
+        head = _PjsipHdr()
+        head.prev = head.next = ctypes.addressof(head)
+        last = ctypes.addressof(head)
+        for name, value in rejection.headers:
+            hdr = self._header(name, value)
+            if not hdr:
+                continue
+            node = _PjsipHdr.from_address(hdr)
+            node.prev, node.next = last, ctypes.addressof(head)
+            _PjsipHdr.from_address(last).next = hdr
+            head.prev = hdr
+            last = hdr
+        reason = rejection.reason.encode()
+        status = self._lib.pjsip_endpt_respond_stateless(
+            self._endpt, rdata, rejection.status, ctypes.byref(_PjStr(reason, len(reason))),
+            ctypes.addressof(head), None)
+        return 1 if status == 0 else 0
+
+    def _header(self, name: str, value: str) -> int:
+        """A pjsip header allocated once per distinct (name, value) from the gate's pool."""
+        key = (name, value)
+        hdr = self._headers.get(key)
+        if hdr is None:
+            n, v = name.encode(), value.encode()
+            hdr = self._lib.pjsip_generic_string_hdr_create(
+                self._pool, ctypes.byref(_PjStr(n, len(n))), ctypes.byref(_PjStr(v, len(v)))) or 0
+            if len(self._headers) < 64:
+                self._headers[key] = hdr
+        return hdr
+
+
+def _add_headers(prm: pj.CallOpParam, headers: tuple[tuple[str, str], ...]) -> None:
+    for name, value in headers:
+        h = pj.SipHeader()
+        h.hName = name
+        h.hValue = value
+        prm.txOption.headers.append(h)
+
+
+def _safe(fn: Callable[..., object], *args: object) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.failure("call callback failed")
+
