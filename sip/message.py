@@ -22,7 +22,7 @@ _COMPACT = {
     "s": "subject",
 }
 
-_URI_RE = re.compile(r"<([^>]*)>|^\s*([^;\s]+)")
+_URI_RE = re.compile(r"^\s*([^;\s]+)")
 _TAG_RE = re.compile(r";\s*tag\s*=\s*([^;>\s]+)", re.IGNORECASE)
 
 
@@ -91,10 +91,13 @@ def parse_request(text: str) -> SipRequest:
 
 def header_uri(value: str) -> str:
     """The URI inside a From/To/Contact value (name-addr or addr-spec)."""
+    if "<" in value:
+        inner = value.split("<", 1)[1]
+        return inner.split(">", 1)[0].strip()
     m = _URI_RE.search(value)
     if not m:
         return ""
-    return m.group(1) if m.group(1) is not None else m.group(2)
+    return m.group(1)
 
 
 def uri_user(uri: str) -> str:

@@ -72,6 +72,9 @@ class SipConfig:
     log_level: int = 1
     registration: RegistrationConfig | None = None
     poll_interval_s: float = 0.005
+    #: first RTP port (0: any free port) and how many ports to try from it
+    rtp_port: int = 4000
+    rtp_port_range: int = 200
 
 
 @dataclass(frozen=True)
@@ -422,6 +425,10 @@ class SipStack:
                 acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", reg.realm, reg.username, 0, reg.password))
         else:
             acfg.regConfig.registerOnAdd = False
+        acfg.mediaConfig.transportConfig.port = self.config.rtp_port
+        acfg.mediaConfig.transportConfig.portRange = self.config.rtp_port_range if self.config.rtp_port else 0
+        if self.config.host not in ("", "0.0.0.0"):
+            acfg.mediaConfig.transportConfig.boundAddress = self.config.host
         acc = _Account(self)
         acc.create(acfg, True)
         return acc

@@ -1,0 +1,242 @@
+"""Server configuration: one YAML file, parsed once into frozen dataclasses.
+
+Every key is optional; unknown keys and wrong types are errors that name
+``file:line:column`` and what was expected. See ``docs/configuration.md``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DIALPLAN = os.path.join(PACKAGE_ROOT, "dialplans", "default.yaml")
+
+
+@dataclass(frozen=True)
+class RegistrationSettings:
+    registrar: str
+    aor: str
+    username: str = ""
+    password: str = ""
+    realm: str = "*"
+    expires_s: int = 300
+
+
+@dataclass(frozen=True)
+class SipSettings:
+    host: str = "0.0.0.0"
+    port: int = 5060
+    public_address: str = ""
+    capacity: int = 4
+    retry_after_s: int = 5
+    codecs: tuple[str, ...] = ("PCMU", "PCMA", "G722")
+    rtp_port: int = 4000
+    rtp_port_range: int = 200
+    registration: RegistrationSettings | None = None
+
+
+@dataclass(frozen=True)
+class MediaSettings:
+    frame_ms: int = 10
+    jb_init_ms: int = -1
+    jb_min_pre_ms: int = -1
+    jb_max_pre_ms: int = -1
+    jb_max_ms: int = -1
+    #: voiced audio that counts as the caller starting to speak (and interrupting)
+    speech_start_ms: int = 120
+    #: trailing silence that ends the caller's speech
+    speech_end_ms: int = 300
+
+
+@dataclass(frozen=True)
+class RegionSettings:
+    name: str
+    uri: str
+    use_ssl: bool = False
+
+
+@dataclass(frozen=True)
+class SpeechSettings:
+    #: empty: start the embedded speech server on loopback
+    regions: tuple[RegionSettings, ...] = ()
+    voice: str = "kal16"
+    #: trailing silence (ms) after which the recogniser finalises an utterance
+    stop_history_ms: int = 500
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    host: str = "0.0.0.0"
+    port: int = 9464
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    sip: SipSettings = field(default_factory=SipSettings)
+    media: MediaSettings = field(default_factory=MediaSettings)
+    speech: SpeechSettings = field(default_factory=SpeechSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    dialplans: tuple[str, ...] = (DEFAULT_DIALPLAN,)
+    #: where "talk to a person" transfers go (blind transfer with REFER)
+    transfer_uri: str = "sip:agents@127.0.0.1:5070"
+    #: JSON lines, one record per call ("" to only log them)
+    call_records: str = "var/calls.jsonl"
+    #: free-form values a dialplan can read as {{ config.NAME }}
+    variables: tuple[tuple[str, str], ...] = ()
+
+    def with_overrides(self, **sip: Any) -> "ServerConfig":
+        return replace(self, sip=replace(self.sip, **{k: v for k, v in sip.items() if v is not None}))
+
+
+class _Reader:
+    """Checks one mapping's keys and value types, collecting errors."""
+
+    def __init__(self, node: Node, where: str, errors: list[tuple[Mark, str]]) -> None:
+        self.node = node
+        self.where = where
+        self.errors = errors
+        self.values: dict[str, Node] = node.value if isinstance(node.value, dict) else {}
+        if not isinstance(node.value, dict):
+            errors.append((node.mark, f"{where}: expected a mapping, got {_kind(node.value)}"))
+
+    def check_keys(self, allowed: tuple[str, ...]) -> None:
+        for key in self.values:
+            if key not in allowed:
+                self.errors.append((key_mark(self.node, key),
+                                    f"unknown key {key!r} in {self.where}; expected one of: {', '.join(allowed)}"))
+
+    def get(self, key: str, kind: type, default: Any, check: Callable[[Any], str | None] | None = None) -> Any:
+        n = self.values.get(key)
+        if n is None:
+            return default
+        value = n.value
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value, ok = str(value), True
+        if not ok:
+            self.errors.append((n.mark, f"{self.where}.{key}: expected {kind.__name__}, got {_kind(value)}"))
+            return default
+        if check is not None:
+            problem = check(value)
+            if problem:
+                self.errors.append((n.mark, f"{self.where}.{key}: {problem}"))
+                return default
+        return value
+
+    def sub(self, key: str) -> "_Reader | None":
+        n = self.values.get(key)
+        if n is None or n.value is None:
+            return None
+        return _Reader(n, f"{self.where}.{key}", self.errors)
+
+    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        n = self.values.get(key)
+        if n is None:
+            return default
+        if not isinstance(n.value, list) or not all(isinstance(i.value, str) for i in n.value):
+            self.errors.append((n.mark, f"{self.where}.{key}: expected a list of strings"))
+            return default
+        return tuple(i.value for i in n.value)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _port(v: int) -> str | None:
+    return None if 0 <= v <= 65535 else "expected a port number 0-65535"
+
+
+def _positive(v: int) -> str | None:
+    return None if v > 0 else "expected a positive integer"
+
+
+def load_config(path: str | None) -> ServerConfig:
+    """Load *path* (None: all defaults). Raises :class:`ConfigError`."""
+    if path is None:
+        return ServerConfig()
+    root = load(path)
+    errors: list[tuple[Mark, str]] = []
+    top = _Reader(root, "config", errors)
+    top.check_keys(("sip", "media", "speech", "metrics", "dialplans", "transfer_uri", "call_records", "variables"))
+    base = os.path.dirname(os.path.abspath(path))
+
+    sip = SipSettings()
+    if (r := top.sub("sip")) is not None:
+        r.check_keys(("host", "port", "public_address", "capacity", "retry_after_s", "codecs",
+                      "rtp_port", "rtp_port_range", "registration"))
+        codecs = r.strings("codecs", sip.codecs)
+        for c in codecs:
+            if c not in ("PCMU", "PCMA", "G722"):
+                errors.append((r.values["codecs"].mark, f"config.sip.codecs: unknown codec {c!r}; expected PCMU, PCMA or G722"))
+        reg = None
+        if (rr := r.sub("registration")) is not None:
+            rr.check_keys(("registrar", "aor", "username", "password", "realm", "expires_s"))
+            registrar = rr.get("registrar", str, "")
+            aor = rr.get("aor", str, "")
+            if not registrar or not aor:
+                errors.append((rr.node.mark, "config.sip.registration: expected both 'registrar' and 'aor' SIP URIs"))
+            reg = RegistrationSettings(registrar=registrar, aor=aor, username=rr.get("username", str, ""),
+                                       password=rr.get("password", str, ""), realm=rr.get("realm", str, "*"),
+                                       expires_s=rr.get("expires_s", int, 300, _positive))
+        sip = SipSettings(
+            host=r.get("host", str, sip.host), port=r.get("port", int, sip.port, _port),
+            public_address=r.get("public_address", str, ""),
+            capacity=r.get("capacity", int, sip.capacity, _positive),
+            retry_after_s=r.get("retry_after_s", int, sip.retry_after_s, _positive),
+            codecs=codecs, rtp_port=r.get("rtp_port", int, sip.rtp_port, _port),
+            rtp_port_range=r.get("rtp_port_range", int, sip.rtp_port_range, _positive),
+            registration=reg)
+
+    media = MediaSettings()
+    if (r := top.sub("media")) is not None:
+        r.check_keys(("frame_ms", "jitter_buffer", "speech_start_ms", "speech_end_ms"))
+        jb: dict[str, int] = {}
+        if (rj := r.sub("jitter_buffer")) is not None:
+            rj.check_keys(("init_ms", "min_pre_ms", "max_pre_ms", "max_ms"))
+            for k in ("init_ms", "min_pre_ms", "max_pre_ms", "max_ms"):
+                jb["jb_" + k] = rj.get(k, int, -1)
+        media = MediaSettings(
+            frame_ms=r.get("frame_ms", int, media.frame_ms,
+                           lambda v: None if v in (10, 20) else "expected 10 or 20"),
+            speech_start_ms=r.get("speech_start_ms", int, media.speech_start_ms, _positive),
+            speech_end_ms=r.get("speech_end_ms", int, media.speech_end_ms, _positive), **jb)
+
+    speech = SpeechSettings()
+    if (r := top.sub("speech")) is not None:
+        r.check_keys(("regions", "voice", "stop_history_ms"))
+        regions: list[RegionSettings] = []
+        rn = r.values.get("regions")
+        if rn is not None:
+            if not isinstance(rn.value, list):
+                errors.append((rn.mark, "config.speech.regions: expected a list of {name, uri}"))
+            else:
+                for i, item in enumerate(rn.value):
+                    ri = _Reader(item, f"config.speech.regions[{i}]", errors)
+                    ri.check_keys(("name", "uri", "use_ssl"))
+                    name, uri = ri.get("name", str, ""), ri.get("uri", str, "")
+                    if not name or not uri:
+                        errors.append((item.mark, f"config.speech.regions[{i}]: expected 'name' and 'uri' (host:port)"))
+                    regions.append(RegionSettings(name, uri, ri.get("use_ssl", bool, False)))
+        speech = SpeechSettings(regions=tuple(regions), voice=r.get("voice", str, speech.voice),
+                                stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive))
+
+    metrics = MetricsSettings()
+    if (r := top.sub("metrics")) is not None:
+        r.check_keys(("host", "port"))
+        metrics = MetricsSettings(host=r.get("host", str, metrics.host), port=r.get("port", int, metrics.port, _port))
+
+    dialplans = tuple(os.path.join(base, p) for p in top.strings("dialplans", ())) or (DEFAULT_DIALPLAN,)
+    variables: tuple[tuple[str, str], ...] = ()
+    if (r := top.sub("variables")) is not None:
+        variables = tuple((k, str(v.value)) for k, v in r.values.items())
+    call_records = top.get("call_records", str, ServerConfig.call_records)
+    if errors:
+        raise ConfigError(errors)
+    return ServerConfig(sip=sip, media=media, speech=speech, metrics=metrics, dialplans=dialplans,
+                        transfer_uri=top.get("transfer_uri", str, ServerConfig.transfer_uri),
+                        call_records=call_records, variables=variables)

@@ -1,0 +1,48 @@
+"""Prometheus metrics of the agent (names carry units; labels are bounded)."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+#: outcomes of the calls_total counter
+CALL_OUTCOMES = ("answered", "rejected_capacity", "rejected_no_route", "rejected_bad_request", "failed")
+
+_LATENCY_BUCKETS = (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+_FRAME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
+
+
+class AgentMetrics:
+    """All metrics of one server process, in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.active_calls = Gauge("openclaw_active_calls", "Calls in progress", registry=r)
+        self.capacity = Gauge("openclaw_call_capacity", "Calls this process accepts at once", registry=r)
+        self.calls = Counter("openclaw_calls_total", "Inbound calls by outcome", ["outcome"], registry=r)
+        for outcome in CALL_OUTCOMES:
+            self.calls.labels(outcome)
+        self.call_duration = Histogram("openclaw_call_duration_seconds", "Duration of answered calls",
+                                       buckets=(5, 10, 30, 60, 120, 300, 600, 1800), registry=r)
+        self.turn_latency = Histogram(
+            "openclaw_turn_latency_seconds",
+            "Server-side estimate: caller's last voiced frame to the agent's first reply frame",
+            ["trigger"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.barge_ins = Counter("openclaw_barge_ins_total", "Agent prompts interrupted by the caller", registry=r)
+        self.media_frame_work = Histogram("openclaw_media_frame_work_seconds",
+                                          "Work per received frame on the media clock thread",
+                                          buckets=_FRAME_BUCKETS, registry=r)
+        self.media_deadline_misses = Counter("openclaw_media_deadline_misses_total",
+                                             "Frames whose media-thread work exceeded the frame time", registry=r)
+        self.playout_underruns = Counter("openclaw_playout_underruns_total",
+                                         "Frames played short because streamed speech arrived late", registry=r)
+        self.asr_errors = Counter("openclaw_asr_stream_errors_total", "Recognition streams that failed", registry=r)
+        self.tts_errors = Counter("openclaw_tts_errors_total", "Synthesis requests that failed", registry=r)
+        self.prompt_cache = Counter("openclaw_prompt_cache_total", "Prompt cache lookups", ["result"], registry=r)
+        self.prompt_cache_size = Gauge("openclaw_prompt_cache_prompts", "Prompts held in the audio cache", registry=r)
+        self.transfers = Counter("openclaw_transfers_total", "Blind transfers by result", ["result"], registry=r)
+        self.registration_up = Gauge("openclaw_sip_registration_up",
+                                     "1 when the trunk registration is current, 0 otherwise", registry=r)
+        self.registration_status = Gauge("openclaw_sip_registration_status_code",
+                                         "Last SIP status code of the trunk REGISTER", registry=r)
+        self.speech_up = Gauge("openclaw_speech_backend_up", "1 when the speech backend answers its health check",
+                               registry=r)

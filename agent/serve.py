@@ -1,0 +1,61 @@
+"""Process set-up of ``openclaw-voice serve``: config, logging, reactor, shutdown."""
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import Any
+
+from twisted.logger import (
+    FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner, jsonFileLogObserver,
+    textFileLogObserver, Logger,
+)
+
+from agent.yamlmarks import ConfigError
+
+log = Logger(namespace="openclaw.serve")
+
+
+def main_serve(args: Any) -> int:
+    from agent.config import RegionSettings, load_config
+    from agent.dialplan import DialplanError
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        print(f"openclaw-voice: invalid config:\n{e}", file=sys.stderr)
+        return 2
+    config = config.with_overrides(host=args.host, port=args.port, capacity=args.capacity)
+    if args.metrics_port is not None:
+        config = replace(config, metrics=replace(config.metrics, port=args.metrics_port))
+    if args.speech_uri:
+        config = replace(config, speech=replace(config.speech, regions=(RegionSettings("cli", args.speech_uri),)))
+    if args.dialplan:
+        config = replace(config, dialplans=tuple(args.dialplan))
+    if args.call_records is not None:
+        config = replace(config, call_records=args.call_records)
+
+    observer = jsonFileLogObserver(sys.stdout) if args.log_format == "json" else textFileLogObserver(sys.stdout)
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
+    globalLogBeginner.beginLoggingTo([FilteringLogObserver(observer, [predicate])], redirectStandardIO=False)
+
+    from twisted.internet import reactor
+
+    from agent.server import AgentServer, install_signal_handlers
+
+    try:
+        server = AgentServer(config, reactor)
+    except (DialplanError, ConfigError) as e:
+        print(f"openclaw-voice: invalid dialplan:\n{e}", file=sys.stderr)
+        return 2
+    outcome = {"status": 0}
+
+    def failed(failure: Any) -> None:
+        log.failure("server failed to start", failure)
+        outcome["status"] = 1
+        reactor.stop()
+
+    reactor.callWhenRunning(lambda: server.start().addErrback(failed))
+    reactor.addSystemEventTrigger("before", "shutdown", server.stop)
+    install_signal_handlers(reactor, server)
+    reactor.run()
+    return outcome["status"]

@@ -1,0 +1,386 @@
+"""``openclaw-voice serve``: SIP front, admission, routing, sessions, metrics.
+
+The Twisted reactor owns the process. :class:`AgentServer` is the
+application behind the pjsua2 adapter: it admits or refuses each INVITE
+(capacity → 503 with Retry-After, unrouted number → 404) before pjsua
+allocates a call, answers admitted calls, wires each one to a
+:class:`~agent.session.CallSession`, and keeps metrics and call records.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet import defer, protocol, threads
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+from twisted.web.server import Site
+
+from agent.config import ServerConfig
+from agent.dialogue import DialogueSession
+from agent.dialplan import Dialplan, load_dialplans, static_prompts
+from agent.metrics import AgentMetrics
+from agent.session import CallSession, SessionSettings
+from agent.speech import SpeechClient
+from media.vad import VadConfig
+from sip.message import SipRequest
+from sip.pjsua import PJSUA_MAX_CALLS, RegistrationConfig, Rejection, SipCall, SipConfig, SipStack
+
+log = Logger(namespace="openclaw.server")
+
+
+class PromptAudioCache:
+    """Synthesised audio of a dialplan's static prompts, keyed by (text, voice)."""
+
+    def __init__(self) -> None:
+        self._audio: dict[tuple[str, str], bytes] = {}
+
+    def get(self, text: str, voice: str) -> bytes | None:
+        return self._audio.get((text, voice))
+
+    def put(self, text: str, voice: str, pcm: bytes) -> None:
+        self._audio[(text, voice)] = pcm
+
+    def __len__(self) -> int:
+        return len(self._audio)
+
+
+class _SpeechServerProcess(protocol.ProcessProtocol):
+    """The embedded speech server as a child process; fires ``ready`` with its address."""
+
+    def __init__(self) -> None:
+        self.ready: defer.Deferred[str] = defer.Deferred()
+        self.ended: defer.Deferred[None] = defer.Deferred()
+        self._buf = b""
+
+    def outReceived(self, data: bytes) -> None:  # noqa: N802 (Twisted API)
+        self._buf += data
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            text = line.decode("utf-8", "replace").strip()
+            m = re.search(r"listening on (\S+)", text)
+            if m and not self.ready.called:
+                self.ready.callback(m.group(1))
+            if text:
+                log.info("speech-server: {line}", line=text)
+
+    def errReceived(self, data: bytes) -> None:  # noqa: N802
+        for line in data.decode("utf-8", "replace").splitlines():
+            if line.strip():
+                log.info("speech-server: {line}", line=line.strip())
+
+    def processEnded(self, reason: Any) -> None:  # noqa: N802
+        if not self.ready.called:
+            self.ready.errback(RuntimeError(f"embedded speech server exited: {reason.value}"))
+        self.ended.callback(None)
+
+
+@dataclass
+class _Admitted:
+    flow: str
+    dialplan: Dialplan
+    at: float
+
+
+class AgentServer:
+    """Implements :class:`sip.pjsua.CallHandler` for the agent."""
+
+    def __init__(self, config: ServerConfig, reactor: Any, dialplan: Dialplan | None = None) -> None:
+        self.config = config
+        self.reactor = reactor
+        self.metrics = AgentMetrics()
+        self.capacity = min(config.sip.capacity, PJSUA_MAX_CALLS)
+        if config.sip.capacity > PJSUA_MAX_CALLS:
+            log.warn("sip.capacity {want} exceeds the {max} calls one process can hold; using {max} "
+                     "(run more workers behind a SIP load balancer)", want=config.sip.capacity, max=PJSUA_MAX_CALLS)
+        self.metrics.capacity.set(self.capacity)
+        self.dialplan = dialplan if dialplan is not None else load_dialplans(list(config.dialplans))
+        self.prompts = PromptAudioCache()
+        self.sessions: dict[str, CallSession] = {}
+        self._admitted: dict[str, _Admitted] = {}
+        self.speech: SpeechClient | None = None
+        self.speech_uri = ""
+        self._speech_proc: _SpeechServerProcess | None = None
+        self._speech_transport: Any = None
+        self.stack: SipStack | None = None
+        self.web_port: Any = None
+        self.ready = False
+        self.stopping = False
+        self._health_loop: LoopingCall | None = None
+
+    # -- start / stop ---------------------------------------------------------
+    @defer.inlineCallbacks
+    def start(self) -> Any:
+        regions = self.config.speech.regions
+        if regions:
+            self.speech_uri = regions[0].uri
+            log.info("speech backend: region {name} at {uri}", name=regions[0].name, uri=self.speech_uri)
+        else:
+            self.speech_uri = yield self._start_embedded_speech()
+            log.info("speech backend: embedded speech server at {uri}", uri=self.speech_uri)
+        self.speech = SpeechClient(self.speech_uri, use_ssl=bool(regions and regions[0].use_ssl))
+        yield threads.deferToThread(self.speech.wait_ready, 60.0)
+        self.metrics.speech_up.set(1)
+        self._health_loop = LoopingCall(self._check_speech)
+        self._health_loop.clock = self.reactor
+        self._health_loop.start(5.0, now=False)
+        yield self.warm_prompt_cache()
+        self._start_web()
+        self._start_sip()
+        self.ready = True
+        log.info("ready: SIP on {host}:{port} (capacity {cap}), metrics on {mhost}:{mport}",
+                 host=self.config.sip.host, port=self.stack.bound_port if self.stack else 0,
+                 cap=self.capacity, mhost=self.config.metrics.host,
+                 mport=self.web_port.getHost().port if self.web_port else 0)
+
+    def _start_embedded_speech(self) -> defer.Deferred[str]:
+        proc = _SpeechServerProcess()
+        env = dict(os.environ)
+        env["OPENCLAW_PARENT_PID"] = str(os.getpid())
+        self._speech_transport = self.reactor.spawnProcess(
+            proc, sys.executable,
+            [sys.executable, "-m", "agent.speech_server", "--listen", "127.0.0.1:0"], env=env)
+        self._speech_proc = proc
+        return proc.ready
+
+    @defer.inlineCallbacks
+    def warm_prompt_cache(self) -> Any:
+        """Synthesise every static prompt of the loaded dialplans."""
+        assert self.speech is not None
+        started = time.monotonic()
+        for text, voice in sorted(static_prompts(self.dialplan)):
+            if self.prompts.get(text, voice) is not None:
+                continue
+            try:
+                pcm = yield threads.deferToThread(self.speech.synthesize, text, sample_rate_hz=16000, voice=voice)
+            except Exception as e:
+                log.warn("prompt not cached ({err}): {text!r}", err=e, text=text)
+                continue
+            self.prompts.put(text, voice, pcm)
+        self.metrics.prompt_cache_size.set(len(self.prompts))
+        log.info("prompt cache: {n} prompts synthesised in {ms:.0f} ms", n=len(self.prompts),
+                 ms=(time.monotonic() - started) * 1000)
+
+    def _start_sip(self) -> None:
+        s = self.config.sip
+        m = self.config.media
+        reg = None
+        if s.registration is not None:
+            r = s.registration
+            reg = RegistrationConfig(registrar_uri=r.registrar, aor=r.aor, username=r.username,
+                                     password=r.password, realm=r.realm, expires_s=r.expires_s)
+        cfg = SipConfig(host=s.host, port=s.port, public_address=s.public_address, codecs=s.codecs,
+                        frame_ms=m.frame_ms, jb_init_ms=m.jb_init_ms, jb_min_pre_ms=m.jb_min_pre_ms,
+                        jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=reg,
+                        rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range)
+        self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration)
+        self.stack.start()
+
+    def _start_web(self) -> None:
+        from prometheus_client.twisted import MetricsResource
+
+        root = Resource()
+        root.putChild(b"metrics", MetricsResource(registry=self.metrics.registry))
+        root.putChild(b"healthz", _Health(self))
+        self.web_port = self.reactor.listenTCP(self.config.metrics.port, Site(root),
+                                               interface=self.config.metrics.host)
+
+    def _check_speech(self) -> None:
+        if self.speech is None:
+            return
+        d = threads.deferToThread(self.speech.check_health, 1.0)
+        d.addCallback(lambda ok: self.metrics.speech_up.set(1 if ok else 0))
+        d.addErrback(lambda f: self.metrics.speech_up.set(0))
+
+    def stop(self) -> defer.Deferred[None]:
+        """Hang up calls, stop SIP, the web port and the embedded speech server."""
+        self.stopping = True
+        for session in list(self.sessions.values()):
+            session.close("server shutting down")
+        if self.stack is not None:
+            self.stack.stop()
+            self.stack = None
+        if self._health_loop is not None and self._health_loop.running:
+            self._health_loop.stop()
+        if self.speech is not None:
+            self.speech.close()
+        ds = []
+        if self.web_port is not None:
+            ds.append(defer.maybeDeferred(self.web_port.stopListening))
+        if self._speech_transport is not None and self._speech_proc is not None:
+            try:
+                self._speech_transport.signalProcess("TERM")
+            except Exception:
+                pass
+            ds.append(self._speech_proc.ended)
+        return defer.DeferredList(ds).addCallback(lambda _: None)
+
+    # -- CallHandler ------------------------------------------------------------
+    def admit(self, request: SipRequest) -> Rejection | None:
+        call_id = request.call_id
+        if self.stopping or not self.ready:
+            self.metrics.calls.labels("rejected_capacity").inc()
+            log.info("call {call_id} refused: 503 (not ready)", call_id=call_id)
+            return Rejection(503, "Service Unavailable", (("Retry-After", str(self.config.sip.retry_after_s)),))
+        if call_id in self._admitted:
+            return None  # a retransmission of an INVITE already admitted
+        in_use = len(self.stack.calls) if self.stack else 0
+        if in_use + self._pending_admissions() >= self.capacity:
+            self.metrics.calls.labels("rejected_capacity").inc()
+            log.info("call {call_id} from {caller} to {called} refused: 503 at capacity ({n}/{cap})",
+                     call_id=call_id, caller=request.caller, called=request.called, n=in_use, cap=self.capacity)
+            return Rejection(503, "Service Unavailable", (("Retry-After", str(self.config.sip.retry_after_s)),))
+        flow = self.dialplan.route(request.called, request.caller)
+        if flow is None:
+            self.metrics.calls.labels("rejected_no_route").inc()
+            log.info("call {call_id} from {caller} to {called} refused: 404 no route",
+                     call_id=call_id, caller=request.caller, called=request.called)
+            return Rejection(404, "Not Found")
+        self._admitted[call_id] = _Admitted(flow, self.dialplan, self.reactor.seconds())
+        return None
+
+    def _pending_admissions(self) -> int:
+        # INVITEs admitted by the gate that pjsua has not turned into calls yet.
+        now = self.reactor.seconds()
+        for cid, adm in list(self._admitted.items()):
+            if now - adm.at > 32.0:
+                del self._admitted[cid]
+        known = {c.sip_call_id for c in self.stack.calls} if self.stack else set()
+        return sum(1 for cid in self._admitted if cid not in known)
+
+    def incoming_call(self, call: SipCall) -> None:
+        cid = call.sip_call_id
+        admitted = self._admitted.get(cid)
+        if admitted is None:
+            flow = self.dialplan.route(call.called, call.caller)
+            if flow is None:
+                self.metrics.calls.labels("rejected_no_route").inc()
+                call.answer(404, "Not Found")
+                return
+            admitted = _Admitted(flow, self.dialplan, self.reactor.seconds())
+        variables = {
+            "caller": call.caller, "called": call.called, "call_id": cid, "region": "local",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        for name, value in self.config.variables:
+            variables[f"config.{name}"] = value
+        variables["config.transfer_uri"] = self.config.transfer_uri
+        dialogue = DialogueSession(admitted.dialplan, admitted.flow, variables)
+        settings = SessionSettings(
+            frame_ms=self.config.media.frame_ms,
+            vad=VadConfig(start_ms=self.config.media.speech_start_ms, end_ms=self.config.media.speech_end_ms),
+            stop_history_ms=self.config.speech.stop_history_ms)
+        assert self.speech is not None
+        session = CallSession(cid, dialogue, self.speech, _Control(call), self.reactor, prompts=self.prompts,
+                              metrics=self.metrics, settings=settings, on_ended=self._session_ended)
+        session.caller = call.caller  # type: ignore[attr-defined]
+        session.called = call.called  # type: ignore[attr-defined]
+        session.flow = admitted.flow  # type: ignore[attr-defined]
+        session.codec = ""  # type: ignore[attr-defined]
+        self.sessions[cid] = session
+        self.metrics.active_calls.inc()
+        self.metrics.calls.labels("answered").inc()
+        started = {"done": False}
+
+        def media_active() -> None:
+            session.codec = call.codec  # type: ignore[attr-defined]
+            if not started["done"]:
+                started["done"] = True
+                log.info("call {call_id} media active ({codec})", call_id=cid, codec=call.codec)
+                session.start()
+
+        call.callbacks.on_media_active = media_active
+        call.callbacks.on_dtmf = session.on_dtmf
+        call.callbacks.on_transfer_status = session.on_transfer_status
+        call.callbacks.on_disconnected = lambda code, reason: session.close(f"disconnected {code} {reason}".strip())
+        call.attach_media(session.media, session.playout)
+        log.info("call {call_id} from {caller} to {called}: answering with flow {flow}",
+                 call_id=cid, caller=call.caller, called=call.called, flow=admitted.flow)
+        call.answer(200)
+
+    def _session_ended(self, session: CallSession) -> None:
+        if self.sessions.pop(session.call_id, None) is None:
+            return
+        self._admitted.pop(session.call_id, None)
+        self.metrics.active_calls.dec()
+        duration = self.reactor.seconds() - session.started_at
+        self.metrics.call_duration.observe(duration)
+        record = session.record()
+        record.update({
+            "caller": getattr(session, "caller", ""), "called": getattr(session, "called", ""),
+            "flow": getattr(session, "flow", ""), "codec": getattr(session, "codec", ""),
+            "duration_s": round(duration, 3), "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "media_deadline_misses": session.media.deadline_misses,
+            "playout_underruns": session.playout.underruns,
+        })
+        self.metrics.playout_underruns.inc(session.playout.underruns)
+        self._write_record(record)
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=True)
+        log.info("call {call_id} record {record}", call_id=record["call_id"], record=line)
+        path = self.config.call_records
+        if not path:
+            return
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            log.error("call {call_id} record not written to {path}: {err}", call_id=record["call_id"],
+                      path=path, err=e)
+
+    def _on_registration(self, code: int, reason: str, expiration: int) -> None:
+        self.metrics.registration_status.set(code)
+        up = 200 <= code < 300 and expiration > 0
+        self.metrics.registration_up.set(1 if up else 0)
+        log.info("registration: {code} {reason} (expires in {exp} s)", code=code, reason=reason, exp=expiration)
+
+
+class _Control:
+    def __init__(self, call: SipCall) -> None:
+        self._call = call
+
+    def hangup(self) -> None:
+        self._call.hangup()
+
+    def transfer(self, target_uri: str) -> bool:
+        return self._call.transfer(target_uri)
+
+
+class _Health(Resource):
+    isLeaf = True
+
+    def __init__(self, server: AgentServer) -> None:
+        super().__init__()
+        self._server = server
+
+    def render_GET(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
+        s = self._server
+        ok = s.ready and not s.stopping
+        body = {
+            "status": "ok" if ok else ("stopping" if s.stopping else "starting"),
+            "active_calls": len(s.sessions),
+            "capacity": s.capacity,
+            "speech_backend": s.speech_uri,
+            "prompts_cached": len(s.prompts),
+        }
+        request.setResponseCode(200 if ok else 503)
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps(body).encode()
+
+
+def install_signal_handlers(reactor: Any, server: AgentServer) -> None:
+    def shutdown(signum: int, _frame: Any) -> None:
+        log.info("signal {sig}: shutting down", sig=signal.Signals(signum).name)
+        reactor.callFromThread(reactor.stop)
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)

@@ -1,0 +1,459 @@
+"""One answered call: caller audio → VAD and ASR → dialogue → prompts → playout.
+
+Threads:
+
+* :class:`MediaPipeline` runs on pjmedia's clock thread for every received
+  frame: VAD plus a non-blocking push into the recognition stream. It measures
+  its own work per frame and hands VAD events to the reactor with
+  ``callFromThread``.
+* :class:`CallSession` runs on the reactor thread. It executes the dialogue's
+  actions one after another (a Say finishes when its last frame has gone to
+  the bridge), handles barge-in, DTMF, no-input timers and teardown, and keeps
+  the call record.
+
+Speech callbacks arrive on speech-client worker threads and are moved to the
+reactor with ``callFromThread``; streamed synthesis audio goes straight into
+the (thread-safe) playout buffer so it is never delayed behind the reactor.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+
+from agent.dialogue import Action, DialogueSession, Hangup, Listen, Say, Transfer
+from agent.metrics import AgentMetrics
+from media.frames import SAMPLE_RATE_HZ, duration_ms
+from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
+from media.vad import EnergyVad, VadConfig, VadEvent, VadEventType
+
+log = Logger(namespace="openclaw.session")
+
+
+class Reactor(Protocol):
+    def seconds(self) -> float: ...
+    def callLater(self, delay: float, f: Callable[..., Any], *a: Any, **kw: Any) -> IDelayedCall: ...
+    def callFromThread(self, f: Callable[..., Any], *a: Any, **kw: Any) -> None: ...
+
+
+class RecognitionStream(Protocol):
+    def push_audio(self, pcm16: bytes) -> None: ...
+    def close(self) -> None: ...
+
+
+class SynthesisStream(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Speech(Protocol):
+    """The part of :class:`agent.speech.SpeechClient` a session uses."""
+
+    def open_recognition(self, *, sample_rate_hz: int, on_interim: Callable[[str], None],
+                         on_final: Callable[[str, float], None], on_error: Callable[[Exception], None],
+                         stop_history_ms: int | None = None, interim_results: bool = True) -> RecognitionStream: ...
+
+    def synthesize_stream(self, text: str, *, sample_rate_hz: int, on_audio: Callable[[bytes], None],
+                          on_done: Callable[[], None], on_error: Callable[[Exception], None],
+                          voice: str | None = None) -> SynthesisStream: ...
+
+
+class CallControl(Protocol):
+    """What a session may do to its SIP call (reactor thread)."""
+
+    def hangup(self) -> None: ...
+    def transfer(self, target_uri: str) -> bool: ...
+
+
+class PromptCache(Protocol):
+    def get(self, text: str, voice: str) -> bytes | None: ...
+
+
+@dataclass
+class Turn:
+    """One exchange, for the call record."""
+
+    started_at: float
+    caller_text: str = ""
+    dtmf: str = ""
+    agent_prompts: list[dict[str, Any]] = field(default_factory=list)
+    latency_ms: float | None = None
+    barge_in: bool = False
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    frame_ms: int = 10
+    sample_rate_hz: int = SAMPLE_RATE_HZ
+    vad: VadConfig = field(default_factory=VadConfig)
+    stop_history_ms: int = 500
+    asr_reopen_limit: int = 3
+
+
+class MediaPipeline:
+    """Per-frame work on the clock thread: VAD, then a non-blocking ASR push."""
+
+    def __init__(self, reactor: Reactor, vad: EnergyVad, on_vad: Callable[[list[VadEvent], float], None],
+                 metrics: AgentMetrics | None, frame_ms: int,
+                 perf_counter: Callable[[], float] = time.perf_counter,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._reactor = reactor
+        self._vad = vad
+        self._on_vad = on_vad
+        self._metrics = metrics
+        self._deadline_s = frame_ms / 1000.0
+        self._perf = perf_counter
+        self._monotonic = monotonic
+        self.asr: RecognitionStream | None = None
+        #: time.monotonic() at the end of the latest voiced frame received
+        self.last_voiced_at = 0.0
+        self.frames = 0
+        self.deadline_misses = 0
+
+    def push_frame(self, pcm: bytes) -> None:
+        t0 = self._perf()
+        self.frames += 1
+        events = self._vad.feed(pcm)
+        now = self._monotonic()
+        if self._vad.last_voiced_end_ms == self._vad.now_ms:
+            self.last_voiced_at = now
+        asr = self.asr
+        if asr is not None:
+            asr.push_audio(pcm)
+        if events:
+            self._reactor.callFromThread(self._on_vad, events, now - (self._vad.now_ms - events[-1].at_ms) / 1000.0)
+        spent = self._perf() - t0
+        if self._metrics is not None:
+            self._metrics.media_frame_work.observe(spent)
+            if spent > self._deadline_s:
+                self._metrics.media_deadline_misses.inc()
+        if spent > self._deadline_s:
+            self.deadline_misses += 1
+
+
+class CallSession:
+    """Runs the dialogue of one call. All methods run on the reactor thread."""
+
+    def __init__(self, call_id: str, dialogue: DialogueSession, speech: Speech, control: CallControl,
+                 reactor: Reactor, prompts: PromptCache | None = None, metrics: AgentMetrics | None = None,
+                 settings: SessionSettings | None = None,
+                 on_ended: Callable[["CallSession"], None] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.call_id = call_id
+        self.dialogue = dialogue
+        self._speech = speech
+        self._control = control
+        self._reactor = reactor
+        self._prompts = prompts
+        self._metrics = metrics
+        self.settings = settings or SessionSettings()
+        self._on_ended = on_ended
+        self._monotonic = monotonic
+        self.playout = PlayoutBuffer(on_event=self._playout_event_from_any_thread, monotonic=monotonic)
+        self.vad = EnergyVad(self.settings.vad, self.settings.sample_rate_hz)
+        self.media = MediaPipeline(reactor, self.vad, self._on_vad_events, metrics, self.settings.frame_ms,
+                                   monotonic=monotonic)
+        self._pending: deque[Action] = deque()
+        self._current: Action | None = None
+        self._current_segment: int | None = None
+        self._synth: SynthesisStream | None = None
+        self._asr: RecognitionStream | None = None
+        self._asr_failures = 0
+        self._listening = False
+        self._listen: Listen | None = None
+        self._no_input_timer: IDelayedCall | None = None
+        self._caller_speaking = False
+        self._awaiting_reply_since: float | None = None
+        self._awaiting_trigger = "speech"
+        self.turns: list[Turn] = []
+        self.ended = False
+        self.end_reason = ""
+        self.started_at = reactor.seconds()
+        self.barge_ins = 0
+        self.transfer_target: str | None = None
+        self.log_fields = {"call_id": call_id}
+
+    # -- lifecycle ------------------------------------------------------------
+    def start(self) -> None:
+        """Media is flowing: open recognition and run the dialogue's first step."""
+        self._open_recognition()
+        self.turns.append(Turn(started_at=self._reactor.seconds()))
+        self._run(self.dialogue.start())
+
+    def close(self, reason: str) -> None:
+        """Tear everything down (idempotent): streams, timers, queued audio."""
+        if self.ended:
+            return
+        self.ended = True
+        self.end_reason = reason
+        self._cancel_no_input()
+        if self._synth is not None:
+            self._synth.cancel()
+            self._synth = None
+        self.media.asr = None
+        if self._asr is not None:
+            self._asr.close()
+            self._asr = None
+        self.playout.flush()
+        self._pending.clear()
+        self._current = None
+        log.info("call {call_id} session closed: {reason}", reason=reason, **self.log_fields)
+        if self._on_ended is not None:
+            self._on_ended(self)
+
+    # -- inputs ---------------------------------------------------------------
+    def on_dtmf(self, digit: str) -> None:
+        if self.ended:
+            return
+        log.info("call {call_id} DTMF {digit}", digit=digit, **self.log_fields)
+        self._interrupt_prompt()
+        if not self._listening and self._current is not None:
+            return  # a prompt that may not be interrupted is still playing
+        self._begin_turn(dtmf=digit, trigger="dtmf", since=self._monotonic())
+        self._run(self.dialogue.on_dtmf(digit))
+
+    def on_transfer_status(self, code: int, reason: str, final: bool) -> None:
+        if self.ended or not isinstance(self._current, Transfer):
+            return
+        log.info("call {call_id} transfer progress {code} {reason}", code=code, reason=reason, **self.log_fields)
+        if not final and code < 300:
+            return
+        self._current = None
+        if 200 <= code < 300:
+            if self._metrics:
+                self._metrics.transfers.labels("succeeded").inc()
+            self._run(self.dialogue.on_transfer_succeeded())
+        else:
+            if self._metrics:
+                self._metrics.transfers.labels("failed").inc()
+            self._run(self.dialogue.on_transfer_failed(f"{code} {reason}"))
+
+    # -- recognition ----------------------------------------------------------
+    def _open_recognition(self) -> None:
+        try:
+            stream = self._speech.open_recognition(
+                sample_rate_hz=self.settings.sample_rate_hz,
+                on_interim=lambda text: self._reactor.callFromThread(self._on_interim, text),
+                on_final=lambda text, conf: self._reactor.callFromThread(self._on_final, text, conf),
+                on_error=lambda err: self._reactor.callFromThread(self._on_asr_error, err),
+                stop_history_ms=self.settings.stop_history_ms)
+        except Exception as e:  # speech backend down: the call goes on with DTMF
+            self._on_asr_error(e)
+            return
+        self._asr = stream
+        self.media.asr = stream
+
+    def _on_interim(self, text: str) -> None:
+        pass  # partial hypotheses feed endpointing and barge-in decisions in later stages
+
+    def _on_final(self, text: str, confidence: float) -> None:
+        if self.ended:
+            return
+        text = text.strip()
+        log.info("call {call_id} heard {text!r} ({confidence:.2f})", text=text, confidence=confidence,
+                 **self.log_fields)
+        if not text or not self._listening:
+            return
+        since = self.media.last_voiced_at or self._monotonic()
+        self._begin_turn(caller_text=text, trigger="speech", since=since)
+        self._run(self.dialogue.on_transcript(text))
+
+    def _on_asr_error(self, err: Exception) -> None:
+        if self.ended:
+            return
+        self.media.asr = None
+        self._asr = None
+        self._asr_failures += 1
+        if self._metrics:
+            self._metrics.asr_errors.inc()
+        log.warn("call {call_id} recognition stream failed ({n}): {err}", n=self._asr_failures, err=err,
+                 **self.log_fields)
+        if self._asr_failures <= self.settings.asr_reopen_limit:
+            self._reactor.callLater(0.2 * self._asr_failures, self._reopen_recognition)
+
+    def _reopen_recognition(self) -> None:
+        if not self.ended and self._asr is None:
+            self._open_recognition()
+
+    # -- VAD and barge-in -----------------------------------------------------
+    def _on_vad_events(self, events: list[VadEvent], _last_at: float) -> None:
+        if self.ended:
+            return
+        for event in events:
+            if event.type is VadEventType.SPEECH_START:
+                self._caller_speaking = True
+                self._cancel_no_input()
+                self._interrupt_prompt()
+            else:
+                self._caller_speaking = False
+                if self._listening and self._listen is not None:
+                    self._start_no_input(self._listen.no_input_timeout_ms)
+
+    def _interrupt_prompt(self) -> None:
+        """Barge-in: stop a prompt that allows it and start listening at once."""
+        current = self._current
+        if not isinstance(current, Say) or not current.barge_in:
+            return
+        # Only interrupt when a Listen follows; a closing prompt plays out.
+        if not any(isinstance(a, Listen) for a in self._pending):
+            return
+        self.barge_ins += 1
+        if self._metrics:
+            self._metrics.barge_ins.inc()
+        if self.turns:
+            self.turns[-1].barge_in = True
+        if self._synth is not None:
+            self._synth.cancel()
+            self._synth = None
+        self._current = None
+        self._current_segment = None
+        self.playout.flush()
+        while self._pending and not isinstance(self._pending[0], Listen):
+            self._pending.popleft()
+        log.info("call {call_id} barge-in: prompt stopped", **self.log_fields)
+        self._advance()
+
+    # -- actions --------------------------------------------------------------
+    def _run(self, actions: list[Action]) -> None:
+        if self.ended:
+            return
+        self._pending.extend(actions)
+        self._advance()
+
+    def _advance(self) -> None:
+        while not self.ended and self._current is None and self._pending:
+            action = self._pending.popleft()
+            if isinstance(action, Say):
+                self._stop_listening()
+                self._current = action
+                self._say(action)
+            elif isinstance(action, Listen):
+                self._listening = True
+                self._listen = action
+                if not self._caller_speaking:
+                    self._start_no_input(action.no_input_timeout_ms)
+            elif isinstance(action, Transfer):
+                self._stop_listening()
+                self._current = action
+                self.transfer_target = action.target_uri
+                log.info("call {call_id} transferring to {uri}", uri=action.target_uri, **self.log_fields)
+                if not self._control.transfer(action.target_uri):
+                    self._current = None
+                    if self._metrics:
+                        self._metrics.transfers.labels("failed").inc()
+                    self._pending.extend(self.dialogue.on_transfer_failed("REFER could not be sent"))
+            elif isinstance(action, Hangup):
+                self._stop_listening()
+                log.info("call {call_id} hanging up: {reason}", reason=action.reason, **self.log_fields)
+                self._control.hangup()
+                self.close(f"agent hangup: {action.reason}")
+                return
+
+    def _say(self, say: Say) -> None:
+        turn = self.turns[-1] if self.turns else None
+        record = {"text": say.text, "played_ms": 0.0, "total_ms": None, "interrupted": False}
+        if turn is not None:
+            turn.agent_prompts.append(record)
+        pcm = self._prompts.get(say.text, say.voice) if self._prompts is not None else None
+        if self._metrics:
+            self._metrics.prompt_cache.labels("hit" if pcm is not None else "miss").inc()
+        if pcm is not None:
+            self._current_segment = self.playout.play(pcm)
+            return
+        sid = self.playout.open_segment()
+        self._current_segment = sid
+
+        def on_error(err: Exception) -> None:
+            self.playout.close_segment(sid)
+            self._reactor.callFromThread(self._on_tts_error, err)
+
+        self._synth = self._speech.synthesize_stream(
+            say.text, sample_rate_hz=self.settings.sample_rate_hz, voice=say.voice,
+            on_audio=lambda pcm: self.playout.append(sid, pcm),
+            on_done=lambda: self.playout.close_segment(sid),
+            on_error=on_error)
+
+    def _on_tts_error(self, err: Exception) -> None:
+        if self._metrics:
+            self._metrics.tts_errors.inc()
+        log.warn("call {call_id} synthesis failed: {err}", err=err, **self.log_fields)
+
+    def _playout_event_from_any_thread(self, event: PlayoutEvent) -> None:
+        self._reactor.callFromThread(self._on_playout_event, event)
+
+    def _on_playout_event(self, event: PlayoutEvent) -> None:
+        if self.ended:
+            return
+        if event.type is PlayoutEventType.STARTED and self._awaiting_reply_since is not None:
+            latency = max(0.0, event.at_s - self._awaiting_reply_since)
+            self._awaiting_reply_since = None
+            if self.turns:
+                self.turns[-1].latency_ms = round(latency * 1000.0, 1)
+            if self._metrics:
+                self._metrics.turn_latency.labels(self._awaiting_trigger).observe(latency)
+        if event.type in (PlayoutEventType.FINISHED, PlayoutEventType.FLUSHED):
+            self._record_played(event)
+        if event.type is PlayoutEventType.FINISHED and event.segment_id == self._current_segment:
+            self._current_segment = None
+            self._synth = None
+            if isinstance(self._current, Say):
+                self._current = None
+            self._advance()
+
+    def _record_played(self, event: PlayoutEvent) -> None:
+        for turn in reversed(self.turns[-2:]):
+            for record in reversed(turn.agent_prompts):
+                if record["total_ms"] is None:
+                    record["played_ms"] = round(duration_ms(event.played_bytes, self.settings.sample_rate_hz))
+                    record["total_ms"] = round(duration_ms(event.total_bytes, self.settings.sample_rate_hz))
+                    record["interrupted"] = event.type is PlayoutEventType.FLUSHED
+                    return
+
+    # -- turns and timers -----------------------------------------------------
+    def _begin_turn(self, *, trigger: str, since: float, caller_text: str = "", dtmf: str = "") -> None:
+        self._stop_listening()
+        self._awaiting_reply_since = since
+        self._awaiting_trigger = trigger
+        self.turns.append(Turn(started_at=self._reactor.seconds(), caller_text=caller_text, dtmf=dtmf))
+
+    def _stop_listening(self) -> None:
+        self._listening = False
+        self._listen = None
+        self._cancel_no_input()
+
+    def _start_no_input(self, timeout_ms: int) -> None:
+        self._cancel_no_input()
+        self._no_input_timer = self._reactor.callLater(timeout_ms / 1000.0, self._no_input)
+
+    def _cancel_no_input(self) -> None:
+        timer, self._no_input_timer = self._no_input_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
+
+    def _no_input(self) -> None:
+        self._no_input_timer = None
+        if self.ended or not self._listening:
+            return
+        log.info("call {call_id} no input", **self.log_fields)
+        self._begin_turn(trigger="no_input", since=self._monotonic())
+        self._awaiting_reply_since = None
+        self._run(self.dialogue.on_no_input())
+
+    # -- record ---------------------------------------------------------------
+    def record(self) -> dict[str, Any]:
+        """The call record: turns with what was said, heard and how fast."""
+        return {
+            "call_id": self.call_id,
+            "end_reason": self.end_reason,
+            "barge_ins": self.barge_ins,
+            "transfer_target": self.transfer_target,
+            "dialogue": getattr(self.dialogue, "history", []),
+            "turns": [
+                {"caller": t.caller_text, "dtmf": t.dtmf, "agent": t.agent_prompts,
+                 "latency_ms": t.latency_ms, "barge_in": t.barge_in}
+                for t in self.turns
+            ],
+        }

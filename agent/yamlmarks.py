@@ -1,0 +1,85 @@
+"""Read YAML into plain values that remember where each came from.
+
+Config files and dialplans are parsed once, at the edge, into frozen
+dataclasses; errors name ``file:line:column`` and what was expected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Mark:
+    path: str
+    line: int     # 1-based
+    column: int   # 1-based
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+class ConfigError(ValueError):
+    """An invalid file; ``str()`` is ``path:line:column: message`` per error."""
+
+    def __init__(self, errors: list[tuple[Mark, str]]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(f"{mark}: {msg}" for mark, msg in errors))
+
+
+class Node:
+    """A YAML value (mapping → dict of Node, sequence → list of Node, else scalar)."""
+
+    def __init__(self, value: Any, mark: Mark) -> None:
+        self.value = value
+        self.mark = mark
+
+    def __repr__(self) -> str:
+        return f"Node({self.value!r} @ {self.mark})"
+
+
+def load(path: str, text: str | None = None) -> Node:
+    """Parse *path* (or *text* labelled as *path*) into a :class:`Node` tree."""
+    if text is None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError([(Mark(path, 1, 1), f"cannot read file: {e.strerror}")]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        m = e.problem_mark
+        mark = Mark(path, m.line + 1, m.column + 1) if m else Mark(path, 1, 1)
+        raise ConfigError([(mark, f"YAML syntax error: {e.problem}")]) from None
+    if root is None:
+        return Node({}, Mark(path, 1, 1))
+    return _convert(root, path)
+
+
+def _convert(node: yaml.Node, path: str) -> Node:
+    mark = Mark(path, node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, Node] = {}
+        keys: dict[str, Node] = {}
+        for k, v in node.value:
+            key = yaml.SafeLoader(  # resolve the key's scalar type the normal way
+                "").construct_object(k) if not isinstance(k, yaml.ScalarNode) else k.value
+            knode = Node(key, Mark(path, k.start_mark.line + 1, k.start_mark.column + 1))
+            if str(key) in out:
+                raise ConfigError([(knode.mark, f"duplicate key {key!r}")])
+            out[str(key)] = _convert(v, path)
+            keys[str(key)] = knode
+        n = Node(out, mark)
+        n.key_marks = keys  # type: ignore[attr-defined]
+        return n
+    if isinstance(node, yaml.SequenceNode):
+        return Node([_convert(v, path) for v in node.value], mark)
+    loader = yaml.SafeLoader("")
+    return Node(loader.construct_object(node), mark)
+
+
+def key_mark(node: Node, key: str) -> Mark:
+    return getattr(node, "key_marks", {}).get(key, Node(None, node.mark)).mark

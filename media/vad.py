@@ -1,0 +1,110 @@
+"""Energy voice-activity detection with an adaptive noise floor (sans-I/O).
+
+Frames go in, :class:`VadEvent` values come out. Timing comes from sample
+counts: ``at_ms`` is media time since the first frame, so a test can feed
+frames and assert exact boundaries without a clock.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from media.frames import SAMPLE_RATE_HZ, BYTES_PER_SAMPLE, rms_dbfs
+
+
+class VadEventType(enum.Enum):
+    SPEECH_START = "speech_start"
+    SPEECH_END = "speech_end"
+
+
+@dataclass(frozen=True)
+class VadEvent:
+    type: VadEventType
+    #: media time of the event: first voiced sample for a start, end of the
+    #: last voiced frame for an end (not when the silence was confirmed).
+    at_ms: float
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    #: voiced audio needed before speech counts as started
+    start_ms: int = 100
+    #: silence needed after speech before it counts as ended
+    end_ms: int = 300
+    #: a frame is voiced when it is this many dB above the noise floor ...
+    threshold_db: float = 12.0
+    #: ... and above this absolute level
+    min_level_dbfs: float = -45.0
+    #: initial noise floor estimate
+    floor_dbfs: float = -60.0
+
+
+class EnergyVad:
+    """Classify frames as voiced or not and emit start / end of speech."""
+
+    def __init__(self, config: VadConfig | None = None, sample_rate_hz: int = SAMPLE_RATE_HZ) -> None:
+        self.config = config or VadConfig()
+        self._rate = sample_rate_hz
+        self._t_ms = 0.0
+        self._floor = self.config.floor_dbfs
+        self.speaking = False
+        self._voiced_run_ms = 0.0
+        self._run_started_ms = 0.0
+        self._silence_run_ms = 0.0
+        self._last_voiced_end_ms = 0.0
+        self.level_dbfs = -math.inf
+
+    @property
+    def now_ms(self) -> float:
+        """Media time at the end of the last frame fed."""
+        return self._t_ms
+
+    @property
+    def last_voiced_end_ms(self) -> float:
+        return self._last_voiced_end_ms
+
+    def is_voiced(self, level_dbfs: float) -> bool:
+        return level_dbfs > self.config.min_level_dbfs and level_dbfs > self._floor + self.config.threshold_db
+
+    def feed(self, pcm: bytes) -> list[VadEvent]:
+        """Feed one frame; return the events it completes."""
+        frame_ms = len(pcm) / BYTES_PER_SAMPLE * 1000.0 / self._rate
+        start_ms = self._t_ms
+        self._t_ms += frame_ms
+        level = rms_dbfs(pcm)
+        self.level_dbfs = level
+        voiced = self.is_voiced(level)
+        events: list[VadEvent] = []
+        if voiced:
+            if self._voiced_run_ms == 0.0:
+                self._run_started_ms = start_ms
+            self._voiced_run_ms += frame_ms
+            self._silence_run_ms = 0.0
+            self._last_voiced_end_ms = self._t_ms
+            if not self.speaking and self._voiced_run_ms >= self.config.start_ms:
+                self.speaking = True
+                events.append(VadEvent(VadEventType.SPEECH_START, self._run_started_ms))
+        else:
+            self._silence_run_ms += frame_ms
+            # A short dip inside speech does not reset the onset run.
+            if not self.speaking and self._silence_run_ms >= 40.0:
+                self._voiced_run_ms = 0.0
+            if self.speaking and self._silence_run_ms >= self.config.end_ms:
+                self.speaking = False
+                self._voiced_run_ms = 0.0
+                events.append(VadEvent(VadEventType.SPEECH_END, self._last_voiced_end_ms))
+        self._track_floor(level, voiced, frame_ms)
+        return events
+
+    def _track_floor(self, level: float, voiced: bool, frame_ms: float) -> None:
+        if math.isinf(level):
+            return
+        # Fall fast, rise slowly, and slower still under speech: the floor
+        # follows steady background noise (a hum that never stops is noise
+        # after a few seconds), not the caller's voice.
+        if level < self._floor:
+            rate = 0.2
+        else:
+            rate = 0.0025 if voiced else 0.01
+        self._floor += (level - self._floor) * min(1.0, rate * frame_ms / 10.0)

@@ -1,0 +1,61 @@
+"""EnergyVad: start and end of speech from sample counts, robust to a noise floor."""
+import math
+import struct
+
+from media.vad import EnergyVad, VadConfig, VadEventType
+
+RATE = 16000
+FRAME_MS = 10
+
+
+def tone(amplitude: int, ms: int = FRAME_MS) -> bytes:
+    n = RATE * ms // 1000
+    return struct.pack(f"<{n}h", *(int(amplitude * math.sin(2 * math.pi * 300 * i / RATE)) for i in range(n)))
+
+
+def feed(vad: EnergyVad, frames: list[bytes]):
+    events = []
+    for f in frames:
+        events.extend(vad.feed(f))
+    return events
+
+
+def test_speech_start_needs_the_configured_voiced_duration():
+    """60 ms of loud audio is not speech with start_ms=100; 100 ms is, and starts at its onset."""
+    vad = EnergyVad(VadConfig(start_ms=100, end_ms=300))
+    assert feed(vad, [tone(0)] * 20 + [tone(8000)] * 6) == []
+    assert feed(vad, [tone(0)] * 10) == []
+    events = feed(vad, [tone(8000)] * 10)
+    assert [e.type for e in events] == [VadEventType.SPEECH_START]
+    assert events[0].at_ms == 360.0
+
+
+def test_speech_end_is_stamped_at_the_last_voiced_frame():
+    """The end event arrives after end_ms of silence but carries the time speech stopped."""
+    vad = EnergyVad(VadConfig(start_ms=50, end_ms=300))
+    feed(vad, [tone(8000)] * 50)
+    assert feed(vad, [tone(0)] * 29) == []
+    events = feed(vad, [tone(0)])
+    assert [e.type for e in events] == [VadEventType.SPEECH_END]
+    assert events[0].at_ms == 500.0
+
+
+def test_short_pause_does_not_end_speech():
+    """A 200 ms pause inside speech (end_ms=300) keeps the caller speaking."""
+    vad = EnergyVad(VadConfig(start_ms=50, end_ms=300))
+    events = feed(vad, [tone(8000)] * 20 + [tone(0)] * 20 + [tone(8000)] * 20)
+    assert [e.type for e in events] == [VadEventType.SPEECH_START]
+    assert vad.speaking
+
+
+def test_steady_background_noise_is_not_speech():
+    """A constant noise floor well above -45 dBFS is learnt and not reported as speech."""
+    vad = EnergyVad(VadConfig(start_ms=100, end_ms=300))
+    # A -33 dBFS hum that never stops counts as noise within four seconds ...
+    events = feed(vad, [tone(1000)] * 400)
+    assert events == [] or events[-1].type is VadEventType.SPEECH_END
+    assert not vad.speaking
+    # ... and a VAD that starts with that floor never reports it, but does report speech 20 dB above it.
+    vad2 = EnergyVad(VadConfig(start_ms=100, end_ms=300, floor_dbfs=-30))
+    assert feed(vad2, [tone(1000)] * 200) == []
+    assert [e.type for e in feed(vad2, [tone(12000)] * 20)] == [VadEventType.SPEECH_START]
