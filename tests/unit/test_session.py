@@ -1,0 +1,267 @@
+"""CallSession: the per-call pipeline driven with a fake clock, fake speech and fake SIP.
+
+The reactor is twisted.internet.task.Clock (callFromThread runs at once); the
+media clock thread is simulated by calling push_frame / pull_frame directly.
+"""
+from __future__ import annotations
+
+import math
+import os
+import struct
+
+import pytest
+from twisted.internet.task import Clock
+
+from agent.dialogue import DialogueSession
+from agent.dialplan import load_dialplan
+from agent.session import CallSession, SessionSettings
+from media.vad import VadConfig
+
+FRAME = 320  # 10 ms at 16 kHz
+DEFAULT = os.path.join(os.path.dirname(__file__), "..", "..", "dialplans", "default.yaml")
+
+
+def tone_frame(amplitude: int = 8000) -> bytes:
+    return struct.pack("<160h", *(int(amplitude * math.sin(2 * math.pi * 300 * i / 16000)) for i in range(160)))
+
+
+class FakeReactor(Clock):
+    def callFromThread(self, f, *a, **kw):  # noqa: N802
+        f(*a, **kw)
+
+
+class FakeStream:
+    def __init__(self, **callbacks):
+        self.callbacks = callbacks
+        self.audio = []
+        self.closed = False
+
+    def push_audio(self, pcm):
+        self.audio.append(pcm)
+
+    def close(self):
+        self.closed = True
+
+
+class FakeSynthesis:
+    def __init__(self, text, on_audio, on_done, on_error):
+        self.text, self.on_audio, self.on_done, self.on_error = text, on_audio, on_done, on_error
+        self.cancelled = False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class FakeSpeech:
+    def __init__(self):
+        self.streams: list[FakeStream] = []
+        self.syntheses: list[FakeSynthesis] = []
+
+    def open_recognition(self, *, sample_rate_hz, on_interim, on_final, on_error, stop_history_ms=None,
+                         interim_results=True):
+        s = FakeStream(on_interim=on_interim, on_final=on_final, on_error=on_error)
+        self.streams.append(s)
+        return s
+
+    def synthesize_stream(self, text, *, sample_rate_hz, on_audio, on_done, on_error, voice=None):
+        s = FakeSynthesis(text, on_audio, on_done, on_error)
+        self.syntheses.append(s)
+        return s
+
+
+class FakeControl:
+    def __init__(self, transfer_ok=True):
+        self.hung_up = 0
+        self.transfers = []
+        self.transfer_ok = transfer_ok
+
+    def hangup(self):
+        self.hung_up += 1
+
+    def transfer(self, uri):
+        self.transfers.append(uri)
+        return self.transfer_ok
+
+
+class Prompts:
+    """Every static prompt is "cached" as one second of a marker byte derived from its text."""
+
+    def __init__(self):
+        self.spoken = {}
+
+    def get(self, text, voice):
+        if "{{" in text:
+            return None
+        return bytes([1 + len(text) % 200]) * (FRAME * 100)
+
+
+class Harness:
+    def __init__(self, transfer_ok=True):
+        self.reactor = FakeReactor()
+        self.speech = FakeSpeech()
+        self.control = FakeControl(transfer_ok)
+        self.now = [100.0]
+        dialplan = load_dialplan(DEFAULT)
+        variables = {"caller": "5551234", "called": "1000", "call_id": "c1", "region": "local",
+                     "config.transfer_uri": "sip:desk@127.0.0.1:5070"}
+        self.dialogue = DialogueSession(dialplan, "main", variables)
+        self.ended = []
+        self.session = CallSession("c1", self.dialogue, self.speech, self.control, self.reactor,
+                                   prompts=Prompts(), settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=200)),
+                                   on_ended=self.ended.append, monotonic=lambda: self.now[0])
+        self.heard: list[str] = []
+
+    def tick(self, frames: int = 1, caller: bytes | None = None) -> None:
+        """Advance media time by *frames* 10 ms frames in both directions."""
+        for _ in range(frames):
+            self.now[0] += 0.01
+            self.session.media.push_frame(caller if caller is not None else bytes(FRAME))
+            self.session.playout.pull_frame(FRAME)
+            self.reactor.advance(0.01)
+
+    def play_out(self, max_frames: int = 2000) -> None:
+        """Run until the agent has nothing queued."""
+        for _ in range(max_frames):
+            if not self.session.playout.busy:
+                return
+            self.tick()
+        raise AssertionError("playout never drained")
+
+    def asr_final(self, text: str) -> None:
+        self.speech.streams[-1].callbacks["on_final"](text, 0.9)
+
+    def said(self) -> list[str]:
+        return [p["text"] for t in self.session.turns for p in t.agent_prompts]
+
+
+def test_greeting_then_menu_then_listening_with_no_input_reprompt():
+    """The greeting and menu play back to back; silence for the no-input timeout gives a reprompt."""
+    h = Harness()
+    h.session.start()
+    assert h.speech.streams, "recognition opens when the call starts"
+    h.play_out()
+    assert h.said()[0].startswith("Thank you for calling")
+    assert h.said()[1].startswith("How can I help you")
+    assert h.session._listening
+    h.tick(499)
+    assert len(h.said()) == 2
+    h.tick(2)
+    assert h.said()[-1].startswith("Sorry, I did not hear you")
+
+
+def test_spoken_request_gets_the_balance_and_latency_is_measured():
+    """A final transcript while listening runs the balance step; latency runs from the last voiced frame."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    h.tick(30, caller=tone_frame())
+    last_voiced = h.now[0]
+    h.tick(25)
+    h.asr_final("check my balance")
+    h.tick(3)
+    assert any("account balance" in t for t in h.said())
+    turn = h.session.turns[-1]
+    assert turn.caller_text == "check my balance"
+    assert turn.latency_ms is not None and 250.0 <= turn.latency_ms <= 300.0
+
+
+def test_caller_speech_during_menu_interrupts_it():
+    """Barge-in: the prompt is flushed within a frame of the VAD onset and what was heard is recorded."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)  # part of the greeting
+    h.tick(6, caller=tone_frame())
+    assert h.session.barge_ins == 1
+    assert not h.session.playout.busy
+    assert h.session._listening
+    greeting = h.session.turns[0].agent_prompts[0]
+    assert greeting["interrupted"] and 0 < greeting["played_ms"] < greeting["total_ms"]
+
+
+def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():
+    """Speech recognised while the agent talks (without barge-in) does not jump the dialogue."""
+    h = Harness()
+    h.session.start()
+    h.tick(2)
+    h.asr_final("goodbye")
+    h.play_out()
+    assert not any("Goodbye" in t for t in h.said())
+
+
+def test_dtmf_during_menu_selects_hours():
+    """DTMF 2 interrupts the menu prompt and plays the opening hours."""
+    h = Harness()
+    h.session.start()
+    h.tick(3)
+    h.session.on_dtmf("2")
+    h.tick(2)
+    assert any("We are open" in t for t in h.said())
+
+
+def test_goodbye_plays_then_hangs_up_and_tears_down():
+    """Saying goodbye plays the closing prompt fully, then hangs up and closes the streams once."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    h.asr_final("goodbye")
+    assert h.control.hung_up == 0
+    h.play_out()
+    h.tick(2)
+    assert h.control.hung_up == 1
+    assert h.session.ended and h.ended == [h.session]
+    assert h.speech.streams[-1].closed
+    h.session.close("again")
+    assert h.ended == [h.session]
+
+
+def test_failed_transfer_says_so_and_returns_to_the_menu():
+    """A REFER answered 503 leads to the apology and the menu again."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    h.session.on_dtmf("3")
+    h.play_out()
+    assert h.control.transfers == ["sip:desk@127.0.0.1:5070"]
+    h.session.on_transfer_status(503, "Service Unavailable", True)
+    h.tick(2)
+    assert any("could not transfer" in t for t in h.said())
+    h.play_out()
+    assert h.said()[-1].startswith("How can I help you")
+
+
+def test_successful_transfer_hangs_up_our_leg():
+    """A 200 NOTIFY for the REFER ends the agent's leg of the call."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    h.session.on_dtmf("3")
+    h.play_out()
+    h.session.on_transfer_status(200, "OK", True)
+    assert h.control.hung_up == 1
+
+
+def test_streamed_prompt_waits_for_synthesis():
+    """A prompt missing from the cache is streamed: it finishes only after synthesis is done."""
+    h = Harness()
+    h.session._prompts = None
+    h.session.start()
+    synth = h.speech.syntheses[-1]
+    synth.on_audio(b"\x03" * FRAME * 2)
+    h.tick(5)
+    assert h.session.playout.underruns >= 1
+    assert len(h.said()) == 1
+    synth.on_done()
+    h.tick(1)
+    assert len(h.said()) == 2
+
+
+def test_hangup_mid_prompt_cancels_synthesis_and_recognition():
+    """The caller hanging up during a streamed prompt closes every stream."""
+    h = Harness()
+    h.session._prompts = None
+    h.session.start()
+    h.tick(2)
+    h.session.close("disconnected 200")
+    assert h.speech.syntheses[-1].cancelled
+    assert h.speech.streams[-1].closed
+    assert not h.session.playout.busy
