@@ -142,29 +142,18 @@ def read_wav(path: str) -> bytes:
         return resample(pcm, w.getframerate(), SAMPLE_RATE_HZ)
 
 
-def transcribe(speech: Any, pcm: bytes, timeout_s: float = 20.0, quiet_s: float = 1.5) -> str:
+def transcribe(speech: Any, pcm: bytes, timeout_s: float = 20.0) -> str:
     """Blocking: run *pcm* (16 kHz) through streaming recognition, return the finals."""
     finals: list[str] = []
-    last_event = [time.monotonic()]
-    failed = threading.Event()
-
-    def on_final(text: str, _confidence: float) -> None:
-        finals.append(text)
-        last_event[0] = time.monotonic()
-
     stream = speech.open_recognition(sample_rate_hz=SAMPLE_RATE_HZ, on_interim=lambda t: None,
-                                     on_final=on_final, on_error=lambda e: failed.set(), interim_results=False)
+                                     on_final=lambda text, _conf: finals.append(text),
+                                     on_error=lambda e: None, interim_results=False)
     step = SAMPLE_RATE_HZ * 2 // 10
     for i in range(0, len(pcm), step):
         stream.push_audio(pcm[i: i + step])
     stream.push_audio(bytes(SAMPLE_RATE_HZ * 2))  # a second of silence ends the last utterance
     stream.end_input()
-    last_event[0] = time.monotonic()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not failed.is_set():
-        if time.monotonic() - last_event[0] >= quiet_s:
-            break
-        time.sleep(0.02)
+    stream.wait_done(timeout_s)
     stream.close()
     return " ".join(t.strip() for t in finals if t.strip())
 
@@ -211,7 +200,7 @@ class TestCaller:
             else:
                 audio.append(None)
         self.stack = SipStack(SipConfig(host="127.0.0.1" if "127.0.0.1" in self.uri else "0.0.0.0", port=0,
-                                        rtp_port=0, codecs=self.codecs, log_level=0), self.reactor)
+                                        rtp_port=0, codecs=self.codecs, log_level=0, user="caller"), self.reactor)
         self.stack.start()
         try:
             yield self._converse(audio)

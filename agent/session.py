@@ -17,6 +17,7 @@ the (thread-safe) playout buffer so it is never delayed behind the reactor.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -450,7 +451,8 @@ class CallSession:
             "end_reason": self.end_reason,
             "barge_ins": self.barge_ins,
             "transfer_target": self.transfer_target,
-            "dialogue": getattr(self.dialogue, "history", []),
+            "dialogue": [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else e
+                         for e in getattr(self.dialogue, "history", ())],
             "turns": [
                 {"caller": t.caller_text, "dtmf": t.dtmf, "agent": t.agent_prompts,
                  "latency_ms": t.latency_ms, "barge_in": t.barge_in}

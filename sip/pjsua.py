@@ -69,6 +69,8 @@ class SipConfig:
     jb_max_pre_ms: int = -1
     jb_max_ms: int = -1
     user_agent: str = "OpenClaw-Voice"
+    #: user part of this endpoint's own SIP URI (when not registering)
+    user: str = "agent"
     log_level: int = 1
     registration: RegistrationConfig | None = None
     poll_interval_s: float = 0.005
@@ -416,7 +418,7 @@ class SipStack:
         acfg = pj.AccountConfig()
         reg = self.config.registration
         host = self.config.public_address or (self.config.host if self.config.host not in ("", "0.0.0.0") else "127.0.0.1")
-        acfg.idUri = reg.aor if reg else f"sip:agent@{host}:{self.bound_port}"
+        acfg.idUri = reg.aor if reg else f"sip:{self.config.user}@{host}:{self.bound_port}"
         if reg:
             acfg.regConfig.registrarUri = reg.registrar_uri
             acfg.regConfig.timeoutSec = reg.expires_s

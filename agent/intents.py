@@ -1,0 +1,307 @@
+"""Tolerant intent matching for transcripts from an imperfect speech recogniser.
+
+The caller's words reach the dialogue through automatic speech recognition, which mishears:
+pocketsphinx turns "check my balance" into "check my bounce", "balance" into "ballots",
+"opening hours" into "opening ours" and "goodbye" into "good by". :class:`IntentMatcher` scores a
+transcript against the example phrases of each intent and accepts the best intent only when the
+evidence is strong; an unrelated sentence ("what is the weather like") matches nothing, because a
+wrong answer costs the caller more than a reprompt.
+
+How a transcript is scored against one example phrase:
+
+* Both are normalised (lower case, punctuation and apostrophes removed, single digits spelt out)
+  and split into tokens; stop words ("the", "my", "please", ...) are dropped.
+* Each remaining example token is compared with every transcript token and with every pair of
+  adjacent transcript tokens written together (so "good by" meets "goodbye"). Token similarity is
+  the better of the spelling similarity (difflib ratio) and the similarity of simple phonetic
+  keys (:func:`phonetic_key`); short words are penalised because they are easily confused.
+* Example tokens are weighted: generic verbs ("check", "tell", "speak") count little, and a token
+  shared by the examples of several intents counts less than one that singles out one intent.
+  *Recall* is the weighted mean similarity of the example tokens.
+* *Precision* is the weighted share of the transcript's tokens that the example accounts for; the
+  score is ``recall * (1 - PRECISION_WEIGHT * (1 - precision))``, so extra words cost a little.
+* An example only counts when at least one of its strong (keyword) tokens was found
+  (similarity >= :data:`KEYWORD_MIN_SIMILARITY`); generic words alone never match.
+
+The intent's score is that of its best example; the best intent wins if its score reaches the
+matcher's threshold. Ties go to the intent listed first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from functools import lru_cache
+from typing import Mapping, Sequence
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "IntentMatch",
+    "IntentMatcher",
+    "normalize",
+    "phonetic_key",
+    "token_similarity",
+]
+
+DEFAULT_THRESHOLD = 0.7
+"""Minimum score for :meth:`IntentMatcher.match` to accept an intent."""
+
+KEYWORD_MIN_SIMILARITY = 0.68
+"""An example matches only if one of its keyword tokens is at least this similar."""
+
+FIRST_SOUND_PENALTY = 0.8
+"""Factor applied to the phonetic similarity of words that begin with different sounds."""
+
+PRECISION_WEIGHT = 0.5
+"""How much unexplained transcript words lower a score (0 = not at all)."""
+
+WEAK_WORD_WEIGHT = 0.35
+"""Weight of generic verbs and fillers relative to a keyword."""
+
+_COVERED_MIN_SIMILARITY = 0.6
+
+STOP_WORDS = frozenset("""
+    a an the and or but so of to for in on at by with from about into as
+    i im ive id ill me my mine myself we us our you your youre yours it its itd
+    he she they them their this that these those there here
+    is are was were be been being am do does did doing done have has had having
+    can could would should will shall may might must
+    please want wanna wants need needs like
+    whats whom whose
+    um uh er ah oh hmm mm hm well just then also too very really
+    """.split())
+"""Words that carry no intent; removed from transcripts and examples alike."""
+
+WEAK_WORDS = frozenset("""
+    check tell know get give hear see find look speak talk say let go make help
+    thanks thank okay ok sure right now today some any more much
+    what which who how when where why
+    """.split())
+"""Generic words kept for context but weighted low (see :data:`WEAK_WORD_WEIGHT`)."""
+
+_DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+_NON_WORD = re.compile(r"[^a-z0-9']+")
+
+
+@dataclass(frozen=True)
+class IntentMatch:
+    """The intent a transcript was matched to, with its score (0..1) and best example."""
+
+    name: str
+    score: float
+    example: str
+
+
+def normalize(text: str) -> list[str]:
+    """Split *text* into lower-case word tokens without punctuation or apostrophes.
+
+    Single digits are spelt out ("1" becomes "one") so spoken and written digits compare equal.
+    """
+    tokens: list[str] = []
+    for raw in _NON_WORD.split(text.lower()):
+        token = raw.replace("'", "")
+        if not token:
+            continue
+        if len(token) == 1 and token.isdigit():
+            token = _DIGIT_WORDS[int(token)]
+        tokens.append(token)
+    return tokens
+
+
+_INITIAL_CLUSTERS = (("kn", "n"), ("gn", "n"), ("pn", "n"), ("wr", "r"), ("ps", "s"), ("wh", "w"))
+_DIGRAPHS = (
+    ("x", "ks"),
+    ("tch", "x"),
+    ("sch", "sk"),
+    ("tio", "xo"),
+    ("tia", "xa"),
+    ("ph", "f"),
+    ("sh", "x"),
+    ("ch", "x"),
+    ("th", "0"),
+    ("ck", "k"),
+    ("gh", ""),
+    ("qu", "kw"),
+    ("dg", "j"),
+)
+_VOWELS = frozenset("aeiou")
+_SOFTENERS = frozenset("eiy")
+_DEVOICE = {"b": "p", "d": "t", "v": "f", "z": "s", "q": "k"}
+
+
+@lru_cache(maxsize=4096)
+def phonetic_key(word: str) -> str:
+    """Return a coarse sound-alike key for *word* (a simplified Metaphone).
+
+    Letters are mapped to consonant classes (voiced and unvoiced pairs merged, soft c/g
+    recognised, common digraphs folded), "h" is dropped because recognisers often drop it,
+    a vowel is kept only as the first letter, and repeated classes collapse: "balance" -> "PLNS",
+    "ballots" -> "PLTS", "hours" and "ours" -> "ORS".
+    """
+    w = "".join(ch for ch in word.lower() if "a" <= ch <= "z")
+    if not w:
+        return ""
+    for cluster, replacement in _INITIAL_CLUSTERS:
+        if w.startswith(cluster):
+            w = replacement + w[len(cluster) :]
+            break
+    if w.startswith("x"):
+        w = "s" + w[1:]
+    for digraph, replacement in _DIGRAPHS:
+        w = w.replace(digraph, replacement)
+    w = w.replace("h", "")
+    if not w:
+        return ""
+    key: list[str] = []
+    for i, ch in enumerate(w):
+        following = w[i + 1] if i + 1 < len(w) else ""
+        if ch in _VOWELS:
+            code = ch.upper() if i == 0 else ""
+        elif ch == "c":
+            code = "S" if following in _SOFTENERS else "K"
+        elif ch == "g":
+            code = "J" if following in _SOFTENERS else "K"
+        elif ch in "wy":
+            code = ch.upper() if following in _VOWELS else ""
+        else:
+            code = _DEVOICE.get(ch, ch).upper()
+        if code and (not key or key[-1] != code):
+            key.append(code)
+    return "".join(key)
+
+
+@lru_cache(maxsize=65536)
+def token_similarity(a: str, b: str) -> float:
+    """Similarity of two normalised tokens in 0..1, tolerant to spelling and sound-alikes."""
+    if a == b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    spelling = SequenceMatcher(None, a, b, autojunk=False).ratio()
+    key_a, key_b = phonetic_key(a), phonetic_key(b)
+    sound = 0.0
+    if key_a and key_b:
+        sound = SequenceMatcher(None, key_a, key_b, autojunk=False).ratio()
+        if key_a[0] != key_b[0]:
+            sound *= FIRST_SOUND_PENALTY
+    similarity = max(spelling, sound)
+    if min(len(a), len(b)) <= 3:
+        similarity *= 0.8
+    return similarity
+
+
+@dataclass(frozen=True)
+class _Example:
+    """One example phrase, tokenised, with per-token weights."""
+
+    intent: str
+    text: str
+    tokens: tuple[str, ...]
+    weights: tuple[float, ...]
+    keywords: tuple[bool, ...]
+
+
+def _content_tokens(tokens: Sequence[str]) -> list[str]:
+    content = [t for t in tokens if t not in STOP_WORDS]
+    return content if content else list(tokens)
+
+
+def _word_weight(token: str) -> float:
+    return WEAK_WORD_WEIGHT if token in WEAK_WORDS else 1.0
+
+
+class IntentMatcher:
+    """Match transcripts to named intents, each described by example phrases.
+
+    ``IntentMatcher({"balance": ["check my balance", "account balance"], ...})``; intents keep
+    their order, which breaks ties. *threshold* is the minimum score to accept (0..1).
+    """
+
+    def __init__(
+        self, intents: Mapping[str, Sequence[str]], threshold: float = DEFAULT_THRESHOLD
+    ) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+        self.threshold = threshold
+        self.intent_names: tuple[str, ...] = tuple(intents)
+        tokenised: list[tuple[str, str, list[str]]] = []
+        document_frequency: dict[str, set[str]] = {}
+        for name, examples in intents.items():
+            for example in examples:
+                tokens = _content_tokens(normalize(example))
+                if not tokens:
+                    continue
+                tokenised.append((name, example, tokens))
+                for token in tokens:
+                    document_frequency.setdefault(token, set()).add(name)
+        self._examples: list[_Example] = []
+        for name, example, tokens in tokenised:
+            weights = tuple(_word_weight(t) / len(document_frequency[t]) for t in tokens)
+            keywords = tuple(t not in WEAK_WORDS for t in tokens)
+            if not any(keywords):
+                keywords = tuple(True for _ in tokens)
+            self._examples.append(_Example(name, example, tuple(tokens), weights, keywords))
+
+    def match(self, transcript: str) -> IntentMatch | None:
+        """Return the best intent for *transcript*, or None when no intent is convincing."""
+        ranked = self.scores(transcript)
+        if ranked and ranked[0].score >= self.threshold:
+            return ranked[0]
+        return None
+
+    def scores(self, transcript: str) -> list[IntentMatch]:
+        """Score every intent that has any keyword evidence, best first (for diagnostics)."""
+        raw = normalize(transcript)
+        content = [t for t in raw if t not in STOP_WORDS]
+        if not content:
+            return []
+        # Candidates: each content token alone, and adjacent raw tokens written together.
+        candidates: list[tuple[str, tuple[int, ...]]] = []
+        content_index: list[int] = []
+        for i, token in enumerate(raw):
+            if token not in STOP_WORDS:
+                content_index.append(i)
+                candidates.append((token, (i,)))
+        for i in range(len(raw) - 1):
+            candidates.append((raw[i] + raw[i + 1], (i, i + 1)))
+        transcript_weight = {i: _word_weight(raw[i]) for i in content_index}
+        total_transcript_weight = sum(transcript_weight.values())
+
+        best: dict[str, IntentMatch] = {}
+        for example in self._examples:
+            score = self._score(example, candidates, transcript_weight, total_transcript_weight)
+            if score is None:
+                continue
+            current = best.get(example.intent)
+            if current is None or score > current.score:
+                best[example.intent] = IntentMatch(example.intent, round(score, 4), example.text)
+        order = {name: i for i, name in enumerate(self.intent_names)}
+        return sorted(best.values(), key=lambda m: (-m.score, order[m.name]))
+
+    @staticmethod
+    def _score(
+        example: _Example,
+        candidates: Sequence[tuple[str, tuple[int, ...]]],
+        transcript_weight: Mapping[int, float],
+        total_transcript_weight: float,
+    ) -> float | None:
+        found_keyword = False
+        weighted = 0.0
+        covered: set[int] = set()
+        for token, weight, keyword in zip(example.tokens, example.weights, example.keywords):
+            similarity, positions = max(
+                ((token_similarity(token, text), pos) for text, pos in candidates),
+                key=lambda pair: pair[0],
+            )
+            weighted += weight * similarity
+            if keyword and similarity >= KEYWORD_MIN_SIMILARITY:
+                found_keyword = True
+            if similarity >= _COVERED_MIN_SIMILARITY:
+                covered.update(positions)
+        if not found_keyword:
+            return None
+        recall = weighted / sum(example.weights)
+        covered_weight = sum(w for i, w in transcript_weight.items() if i in covered)
+        precision = covered_weight / total_transcript_weight if total_transcript_weight else 0.0
+        return recall * (1.0 - PRECISION_WEIGHT * (1.0 - precision))
