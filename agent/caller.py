@@ -142,16 +142,24 @@ def read_wav(path: str) -> bytes:
         return resample(pcm, w.getframerate(), SAMPLE_RATE_HZ)
 
 
-def transcribe(speech: Any, pcm: bytes, timeout_s: float = 20.0) -> str:
-    """Blocking: run *pcm* (16 kHz) through streaming recognition, return the finals."""
+def transcribe(speech: Any, pcm: bytes, timeout_s: float = 20.0, narrowband: bool = False) -> str:
+    """Blocking: run *pcm* (16 kHz) through streaming recognition, return the finals.
+
+    *narrowband*: the audio came through a G.711 call; it is sent at 8 kHz.
+    """
+    from agent.audio_util import resample
+
+    rate = SAMPLE_RATE_HZ
+    if narrowband:
+        pcm, rate = resample(pcm, SAMPLE_RATE_HZ, 8000), 8000
     finals: list[str] = []
-    stream = speech.open_recognition(sample_rate_hz=SAMPLE_RATE_HZ, on_interim=lambda t: None,
+    stream = speech.open_recognition(sample_rate_hz=rate, on_interim=lambda t: None,
                                      on_final=lambda text, _conf: finals.append(text),
                                      on_error=lambda e: None, interim_results=False)
-    step = SAMPLE_RATE_HZ * 2 // 10
+    step = rate * 2 // 10
     for i in range(0, len(pcm), step):
         stream.push_audio(pcm[i: i + step])
-    stream.push_audio(bytes(SAMPLE_RATE_HZ * 2))  # a second of silence ends the last utterance
+    stream.push_audio(bytes(rate * 2))  # a second of silence ends the last utterance
     stream.end_input()
     stream.wait_done(timeout_s)
     stream.close()
@@ -324,7 +332,8 @@ class TestCaller:
 
     def _transcribe(self, start: float, end: float) -> defer.Deferred[str]:
         pcm = self.recorder.audio_between(start - 0.05, end + 0.05)
-        return threads.deferToThread(transcribe, self.speech, pcm)
+        narrowband = self.report.codec.upper() in ("PCMU", "PCMA")
+        return threads.deferToThread(transcribe, self.speech, pcm, narrowband=narrowband)
 
 
 def format_report(report: CallReport) -> str:

@@ -294,7 +294,7 @@ class AgentServer:
             if not started["done"]:
                 started["done"] = True
                 log.info("call {call_id} media active ({codec})", call_id=cid, codec=call.codec)
-                session.start()
+                session.start(narrowband=call.codec.upper() in ("PCMU", "PCMA"))
 
         call.callbacks.on_media_active = media_active
         call.callbacks.on_dtmf = session.on_dtmf

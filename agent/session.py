@@ -27,6 +27,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
 from agent.dialogue import Action, DialogueSession, Hangup, Listen, Say, Transfer
+from agent.audio_util import StreamResampler
 from agent.metrics import AgentMetrics
 from media.frames import SAMPLE_RATE_HZ, duration_ms
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
@@ -109,6 +110,8 @@ class MediaPipeline:
         self._perf = perf_counter
         self._monotonic = monotonic
         self.asr: RecognitionStream | None = None
+        #: converts bridge audio to the rate the recogniser is told (8 kHz for G.711 calls)
+        self.asr_resampler: StreamResampler | None = None
         #: time.monotonic() at the end of the latest voiced frame received
         self.last_voiced_at = 0.0
         self.frames = 0
@@ -123,7 +126,8 @@ class MediaPipeline:
             self.last_voiced_at = now
         asr = self.asr
         if asr is not None:
-            asr.push_audio(pcm)
+            resampler = self.asr_resampler
+            asr.push_audio(resampler.process(pcm) if resampler is not None else pcm)
         if events:
             self._reactor.callFromThread(self._on_vad, events, now - (self._vad.now_ms - events[-1].at_ms) / 1000.0)
         spent = self._perf() - t0
@@ -163,6 +167,7 @@ class CallSession:
         self._synth: SynthesisStream | None = None
         self._asr: RecognitionStream | None = None
         self._asr_failures = 0
+        self._asr_rate_hz = self.settings.sample_rate_hz
         self._listening = False
         self._listen: Listen | None = None
         self._no_input_timer: IDelayedCall | None = None
@@ -178,8 +183,16 @@ class CallSession:
         self.log_fields = {"call_id": call_id}
 
     # -- lifecycle ------------------------------------------------------------
-    def start(self) -> None:
-        """Media is flowing: open recognition and run the dialogue's first step."""
+    def start(self, narrowband: bool = False) -> None:
+        """Media is flowing: open recognition and run the dialogue's first step.
+
+        *narrowband*: the call's codec carries only telephone bandwidth (G.711).
+        The recogniser is then told the truth -- 8 kHz audio -- so it can treat
+        it as such instead of as band-limited wideband speech.
+        """
+        if narrowband:
+            self._asr_rate_hz = 8000
+            self.media.asr_resampler = StreamResampler(self.settings.sample_rate_hz, 8000)
         self._open_recognition()
         self.turns.append(Turn(started_at=self._reactor.seconds()))
         self._run(self.dialogue.start())
@@ -236,7 +249,7 @@ class CallSession:
     def _open_recognition(self) -> None:
         try:
             stream = self._speech.open_recognition(
-                sample_rate_hz=self.settings.sample_rate_hz,
+                sample_rate_hz=self._asr_rate_hz,
                 on_interim=lambda text: self._reactor.callFromThread(self._on_interim, text),
                 on_final=lambda text, conf: self._reactor.callFromThread(self._on_final, text, conf),
                 on_error=lambda err: self._reactor.callFromThread(self._on_asr_error, err),

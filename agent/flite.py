@@ -1,0 +1,127 @@
+"""In-process text-to-speech with CMU flite through ctypes.
+
+Uses the Debian ``libflite1`` shared libraries (``libflite.so.1`` and one
+``libflite_cmu_us_<voice>.so.1`` per voice). flite keeps global state and is not
+thread-safe, so every call into it holds :data:`_FLITE_LOCK`; ctypes releases the GIL
+while flite runs, so other Python threads keep going.
+
+Voices: ``kal16`` (16 kHz, the default), ``kal`` (8 kHz), ``rms``, ``awb``, ``slt``
+(16 kHz). Each voice library is loaded and registered once, on first use.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import unicodedata
+
+VOICES: tuple[str, ...] = ("kal16", "kal", "rms", "awb", "slt")
+DEFAULT_VOICE = "kal16"
+
+_LIB_DIR_CANDIDATES = ("", "/usr/lib/x86_64-linux-gnu/", "/usr/lib/")
+
+
+class _CstWave(ctypes.Structure):
+    """``cst_wave`` from flite's ``cst_wave.h``."""
+
+    _fields_ = [
+        ("type", ctypes.c_char_p),
+        ("sample_rate", ctypes.c_int),
+        ("num_samples", ctypes.c_int),
+        ("num_channels", ctypes.c_int),
+        ("samples", ctypes.POINTER(ctypes.c_short)),
+    ]
+
+
+_FLITE_LOCK = threading.Lock()
+_flite: ctypes.CDLL | None = None
+_voices: dict[str, ctypes.c_void_p] = {}
+_voice_libs: dict[str, ctypes.CDLL] = {}
+
+
+def _load_library(name: str) -> ctypes.CDLL:
+    errors: list[str] = []
+    for prefix in _LIB_DIR_CANDIDATES:
+        try:
+            return ctypes.CDLL(prefix + name, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            errors.append(str(exc))
+    raise RuntimeError(
+        f"flite library {name} not found (install the Debian packages flite and libflite1): "
+        + "; ".join(errors[:1])
+    )
+
+
+def _core() -> ctypes.CDLL:
+    """Load libflite and run ``flite_init`` once; caller holds the lock."""
+    global _flite
+    if _flite is None:
+        lib = _load_library("libflite.so.1")
+        lib.flite_init.restype = ctypes.c_int
+        lib.flite_init.argtypes = []
+        lib.flite_text_to_wave.restype = ctypes.POINTER(_CstWave)
+        lib.flite_text_to_wave.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        lib.delete_wave.restype = None
+        lib.delete_wave.argtypes = [ctypes.POINTER(_CstWave)]
+        lib.flite_init()
+        _flite = lib
+    return _flite
+
+
+def _voice(name: str) -> ctypes.c_void_p:
+    """Register the voice on first use and return its ``cst_voice*``; caller holds the lock."""
+    if name not in VOICES:
+        raise ValueError(f"unknown flite voice {name!r}; known voices: {', '.join(VOICES)}")
+    voice = _voices.get(name)
+    if voice is None:
+        _core()
+        lib = _load_library(f"libflite_cmu_us_{name}.so.1")
+        register = getattr(lib, f"register_cmu_us_{name}")
+        register.restype = ctypes.c_void_p
+        register.argtypes = [ctypes.c_char_p]
+        ptr = register(None)
+        if not ptr:
+            raise RuntimeError(f"flite voice {name!r} failed to register")
+        voice = ctypes.c_void_p(ptr)
+        _voice_libs[name] = lib
+        _voices[name] = voice
+    return voice
+
+
+def _to_flite_text(text: str) -> bytes:
+    """Fold text to the ASCII flite's English front end understands."""
+    folded = unicodedata.normalize("NFKD", text)
+    folded = (
+        folded.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+    )
+    return folded.encode("ascii", errors="ignore")
+
+
+def load_voice(voice: str = DEFAULT_VOICE) -> None:
+    """Load and register ``voice`` now, so the first :func:`synthesize` call is not slowed by it."""
+    with _FLITE_LOCK:
+        _voice(voice)
+
+
+def synthesize(text: str, voice: str = DEFAULT_VOICE) -> tuple[bytes, int]:
+    """Synthesize ``text`` with flite ``voice``.
+
+    Returns ``(pcm16le_mono, sample_rate)``; the rate is the voice's native rate (16000 for
+    most voices, 8000 for ``kal``). Raises ``ValueError`` for an unknown voice and
+    ``RuntimeError`` when the flite libraries are missing or synthesis fails.
+    """
+    data = _to_flite_text(text)
+    with _FLITE_LOCK:
+        lib = _core()
+        wave_ptr = lib.flite_text_to_wave(data, _voice(voice))
+        if not wave_ptr:
+            raise RuntimeError(f"flite_text_to_wave failed for voice {voice!r}")
+        try:
+            wave = wave_ptr.contents
+            if wave.num_channels not in (0, 1):
+                raise RuntimeError(f"flite returned {wave.num_channels} channels, expected mono")
+            count = max(0, wave.num_samples)
+            rate = int(wave.sample_rate)
+            pcm = ctypes.string_at(wave.samples, count * 2) if count and wave.samples else b""
+        finally:
+            lib.delete_wave(wave_ptr)
+    return pcm, rate

@@ -1,0 +1,405 @@
+"""Speech client: streaming recognition and synthesis over NVIDIA Riva's gRPC API.
+
+This is the only agent module (besides :mod:`agent.speech_server`) that imports ``riva`` or
+``grpc``. It speaks to a real Riva server or to the embedded one identically, through
+``riva.client`` (``Auth``, ``ASRService``, ``SpeechSynthesisService``) and the standard
+``grpc.health.v1`` service (from ``grpcio-health-checking``; ``riva.client.health`` must not
+be imported alongside it, both register the same proto names).
+
+Threading: every recognition and synthesis stream runs its RPC on its own worker thread,
+and **its callbacks are invoked on that worker thread**, never on the caller's; wrap them
+(e.g. with ``reactor.callFromThread``) before touching reactor state. ``push_audio`` is
+safe to call from any thread (e.g. the media clock thread) and never blocks on the
+network: audio waits in a bounded queue, and when the queue is full the oldest chunk is
+dropped and counted in :attr:`RecognitionStream.dropped_chunks`. After ``close()`` /
+``cancel()`` returns, no callback of that stream runs any more.
+
+Errors reach ``on_error`` as :class:`SpeechError`, whose ``retryable`` says whether the
+same request may succeed if retried (possibly elsewhere): gRPC ``UNAVAILABLE``,
+``DEADLINE_EXCEEDED``, ``RESOURCE_EXHAUSTED`` and ``ABORTED`` are retryable.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterator
+from typing import Callable
+
+import grpc
+import riva.client
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from riva.client.proto import riva_asr_pb2
+
+log = logging.getLogger("openclaw.speech")
+
+RETRYABLE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }
+)
+
+DEFAULT_QUEUE_CHUNKS = 250  # 5 s of 20 ms frames
+MAX_COALESCED_BYTES = 32_000  # one request carries at most ~1 s of 16 kHz pcm16
+JOIN_TIMEOUT_S = 5.0
+
+
+class SpeechError(Exception):
+    """A speech request failed; ``retryable`` says whether trying again may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool, code: str | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.code = code
+
+    @classmethod
+    def from_rpc_error(cls, error: grpc.RpcError, what: str) -> SpeechError:
+        status = error.code() if isinstance(error, grpc.Call) else None
+        details = error.details() if isinstance(error, grpc.Call) else str(error)
+        name = status.name if status is not None else None
+        return cls(
+            f"{what} failed: {name or 'error'}: {details}",
+            retryable=status in RETRYABLE_CODES,
+            code=name,
+        )
+
+
+class _CallbackGate:
+    """Runs callbacks unless closed; closing waits for a callback in progress to return."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def run(self, fn: Callable[..., None], *args: object) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("speech callback %r raised", fn)
+
+
+class RecognitionStream:
+    """One ``StreamingRecognize`` RPC; audio in with :meth:`push_audio`, results via callbacks."""
+
+    def __init__(
+        self,
+        asr: riva.client.ASRService,
+        streaming_config: riva_asr_pb2.StreamingRecognitionConfig,
+        *,
+        on_interim: Callable[[str], None],
+        on_final: Callable[[str, float], None],
+        on_error: Callable[[Exception], None],
+        max_queue_chunks: int = DEFAULT_QUEUE_CHUNKS,
+    ) -> None:
+        self._asr = asr
+        self._config = streaming_config
+        self._on_interim = on_interim
+        self._on_final = on_final
+        self._on_error = on_error
+        self._queue: deque[bytes] = deque()
+        self._max_queue_chunks = max_queue_chunks
+        self._cond = threading.Condition()
+        self._input_ended = False
+        self._gate = _CallbackGate()
+        self._call: grpc.Call | None = None
+        self._call_lock = threading.Lock()
+        self._done = threading.Event()
+        self.dropped_chunks = 0
+        self._thread = threading.Thread(target=self._run, name="speech-recognition", daemon=True)
+        self._thread.start()
+
+    def push_audio(self, pcm16: bytes) -> None:
+        """Queue audio for the server. Thread-safe; never waits for the network."""
+        if not pcm16:
+            return
+        with self._cond:
+            if self._input_ended:
+                return
+            if len(self._queue) >= self._max_queue_chunks:
+                self._queue.popleft()
+                self.dropped_chunks += 1
+            self._queue.append(pcm16)
+            self._cond.notify()
+
+    def end_input(self) -> None:
+        """Half-close: send what is queued, then end the request stream. Finals still arrive."""
+        with self._cond:
+            self._input_ended = True
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Cancel the RPC and stop the worker; no callback runs after this returns."""
+        self._gate.close()
+        self.end_input()
+        with self._call_lock:
+            call = self._call
+        if call is not None:
+            call.cancel()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(JOIN_TIMEOUT_S)
+
+    def wait_done(self, timeout_s: float) -> bool:
+        """Wait until the RPC has ended (server finished, error or close); True if it has."""
+        return self._done.wait(timeout_s)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _requests(self) -> Iterator[riva_asr_pb2.StreamingRecognizeRequest]:
+        yield riva_asr_pb2.StreamingRecognizeRequest(streaming_config=self._config)
+        while True:
+            with self._cond:
+                while not self._queue and not self._input_ended:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                parts = [self._queue.popleft()]
+                size = len(parts[0])
+                while self._queue and size + len(self._queue[0]) <= MAX_COALESCED_BYTES:
+                    size += len(self._queue[0])
+                    parts.append(self._queue.popleft())
+            yield riva_asr_pb2.StreamingRecognizeRequest(audio_content=b"".join(parts))
+
+    def _run(self) -> None:
+        try:
+            call = self._asr.stub.StreamingRecognize(self._requests(), metadata=self._asr.auth.get_auth_metadata())
+            with self._call_lock:
+                self._call = call
+            if self._gate.closed:
+                call.cancel()
+            for response in call:
+                self._dispatch(response)
+        except grpc.RpcError as exc:
+            if not self._gate.closed:
+                self._gate.run(self._on_error, SpeechError.from_rpc_error(exc, "streaming recognition"))
+        except Exception as exc:  # a bug or a broken channel; report, do not kill the thread silently
+            self._gate.run(self._on_error, SpeechError(f"streaming recognition failed: {exc!r}", retryable=False))
+        finally:
+            self._done.set()
+
+    def _dispatch(self, response: riva_asr_pb2.StreamingRecognizeResponse) -> None:
+        interim_parts: list[str] = []
+        for result in response.results:
+            if not result.alternatives:
+                continue
+            alternative = result.alternatives[0]
+            text = alternative.transcript.strip()
+            if result.is_final:
+                if text:
+                    self._gate.run(self._on_final, text, float(alternative.confidence))
+            elif text:
+                interim_parts.append(text)
+        if interim_parts:
+            self._gate.run(self._on_interim, " ".join(interim_parts))
+
+
+class SynthesisStream:
+    """One ``SynthesizeOnline`` RPC; audio arrives through ``on_audio`` until ``on_done``."""
+
+    def __init__(
+        self,
+        tts: riva.client.SpeechSynthesisService,
+        text: str,
+        *,
+        sample_rate_hz: int,
+        voice: str | None,
+        language_code: str,
+        on_audio: Callable[[bytes], None],
+        on_done: Callable[[], None],
+        on_error: Callable[[Exception], None],
+    ) -> None:
+        self._tts = tts
+        self._text = text
+        self._sample_rate_hz = sample_rate_hz
+        self._voice = voice
+        self._language_code = language_code
+        self._on_audio = on_audio
+        self._on_done = on_done
+        self._on_error = on_error
+        self._gate = _CallbackGate()
+        self._call: grpc.Call | None = None
+        self._call_lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="speech-synthesis", daemon=True)
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Stop the synthesis; no callback runs after this returns."""
+        self._gate.close()
+        with self._call_lock:
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def wait_done(self, timeout_s: float) -> bool:
+        """Wait until the RPC has ended; True if it has."""
+        return self._done.wait(timeout_s)
+
+    def _run(self) -> None:
+        try:
+            if self._gate.closed:
+                return
+            call = self._tts.synthesize_online(
+                self._text,
+                voice_name=self._voice,
+                language_code=self._language_code,
+                encoding=riva.client.AudioEncoding.LINEAR_PCM,
+                sample_rate_hz=self._sample_rate_hz,
+            )
+            with self._call_lock:
+                self._call = call
+            if self._gate.closed:
+                call.cancel()
+            for response in call:
+                if response.audio:
+                    self._gate.run(self._on_audio, response.audio)
+            self._gate.run(self._on_done)
+        except grpc.RpcError as exc:
+            if not self._gate.closed:
+                self._gate.run(self._on_error, SpeechError.from_rpc_error(exc, "streaming synthesis"))
+        except Exception as exc:
+            self._gate.run(self._on_error, SpeechError(f"streaming synthesis failed: {exc!r}", retryable=False))
+        finally:
+            self._done.set()
+
+
+class SpeechClient:
+    """Client for one Riva-compatible speech endpoint (``uri`` is ``host:port``)."""
+
+    def __init__(self, uri: str, *, use_ssl: bool = False, language_code: str = "en-US") -> None:
+        self.uri = uri
+        self.language_code = language_code
+        self._auth = riva.client.Auth(uri=uri, use_ssl=use_ssl)
+        self._asr = riva.client.ASRService(self._auth)
+        self._tts = riva.client.SpeechSynthesisService(self._auth)
+        self._health = health_pb2_grpc.HealthStub(self._auth.channel)
+        self._streams: weakref.WeakSet[RecognitionStream | SynthesisStream] = weakref.WeakSet()
+        self._streams_lock = threading.Lock()
+
+    def _track(self, stream: RecognitionStream | SynthesisStream) -> None:
+        with self._streams_lock:
+            self._streams.add(stream)
+
+    def check_health(self, timeout_s: float = 1.0) -> bool:
+        """True if the server answers the overall ``grpc.health.v1`` check with SERVING."""
+        try:
+            response = self._health.Check(
+                health_pb2.HealthCheckRequest(service=""),
+                timeout=timeout_s,
+                metadata=self._auth.get_auth_metadata(),
+            )
+        except grpc.RpcError:
+            return False
+        return response.status == health_pb2.HealthCheckResponse.SERVING
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll health until SERVING; raise ``TimeoutError`` after ``timeout_s`` seconds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"speech server {self.uri} not ready after {timeout_s:.1f} s")
+            if self.check_health(timeout_s=min(remaining, 1.0)):
+                return
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def open_recognition(
+        self,
+        *,
+        sample_rate_hz: int,
+        on_interim: Callable[[str], None],
+        on_final: Callable[[str, float], None],
+        on_error: Callable[[Exception], None],
+        stop_history_ms: int | None = None,
+        interim_results: bool = True,
+    ) -> RecognitionStream:
+        """Start a streaming recognition of pcm16 mono audio at ``sample_rate_hz``.
+
+        ``stop_history_ms`` is the trailing silence that ends an utterance (server default
+        when None). Callbacks run on the stream's worker thread.
+        """
+        config = riva_asr_pb2.RecognitionConfig(
+            encoding=riva.client.AudioEncoding.LINEAR_PCM,
+            sample_rate_hertz=sample_rate_hz,
+            language_code=self.language_code,
+            max_alternatives=1,
+            audio_channel_count=1,
+        )
+        if stop_history_ms is not None:
+            config.endpointing_config.stop_history = stop_history_ms
+        streaming_config = riva_asr_pb2.StreamingRecognitionConfig(config=config, interim_results=interim_results)
+        stream = RecognitionStream(
+            self._asr, streaming_config, on_interim=on_interim, on_final=on_final, on_error=on_error
+        )
+        self._track(stream)
+        return stream
+
+    def synthesize(self, text: str, *, sample_rate_hz: int, voice: str | None = None, timeout_s: float = 10.0) -> bytes:
+        """Synthesize ``text`` to pcm16 mono at ``sample_rate_hz`` (blocking); raises :class:`SpeechError`."""
+        future = self._tts.synthesize(
+            text,
+            voice_name=voice,
+            language_code=self.language_code,
+            encoding=riva.client.AudioEncoding.LINEAR_PCM,
+            sample_rate_hz=sample_rate_hz,
+            future=True,
+        )
+        try:
+            return bytes(future.result(timeout=timeout_s).audio)
+        except grpc.FutureTimeoutError as exc:
+            future.cancel()
+            raise SpeechError(f"synthesis timed out after {timeout_s} s", retryable=True, code="DEADLINE_EXCEEDED") from exc
+        except grpc.RpcError as exc:
+            raise SpeechError.from_rpc_error(exc, "synthesis") from exc
+
+    def synthesize_stream(
+        self,
+        text: str,
+        *,
+        sample_rate_hz: int,
+        on_audio: Callable[[bytes], None],
+        on_done: Callable[[], None],
+        on_error: Callable[[Exception], None],
+        voice: str | None = None,
+    ) -> SynthesisStream:
+        """Start ``SynthesizeOnline``; pcm16 chunks go to ``on_audio`` on the worker thread."""
+        synthesis = SynthesisStream(
+            self._tts,
+            text,
+            sample_rate_hz=sample_rate_hz,
+            voice=voice,
+            language_code=self.language_code,
+            on_audio=on_audio,
+            on_done=on_done,
+            on_error=on_error,
+        )
+        self._track(synthesis)
+        return synthesis
+
+    def close(self) -> None:
+        """Close every stream opened by this client (no callbacks after this returns), then the channel."""
+        with self._streams_lock:
+            streams = list(self._streams)
+        for stream in streams:
+            if isinstance(stream, RecognitionStream):
+                stream.close()
+            else:
+                stream.cancel()
+        self._auth.channel.close()

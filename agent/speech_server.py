@@ -1,0 +1,955 @@
+"""Embedded speech server: NVIDIA Riva's gRPC speech API backed by pocketsphinx and flite.
+
+The agent talks to this server exactly as it talks to a real Riva deployment (same
+protos, same ``riva.client`` calls, same ``grpc.health.v1`` check), so the agent cannot
+tell the two apart. Services:
+
+``nvidia.riva.asr.RivaSpeechRecognition``
+    ``StreamingRecognize``, ``Recognize``, ``GetRivaSpeechRecognitionConfig``.
+``nvidia.riva.tts.RivaSpeechSynthesis``
+    ``SynthesizeOnline``, ``Synthesize``, ``GetRivaSynthesisConfig``.
+``grpc.health.v1.Health``
+    SERVING for ``""`` and for both service names while the server runs.
+
+Streaming recognition semantics (one stream carries a whole call, i.e. many utterances):
+
+* The first request must carry ``streaming_config``, later ones only ``audio_content``;
+  anything else aborts with ``INVALID_ARGUMENT``. Accepted input: ``LINEAR_PCM``
+  (16-bit little-endian), ``MULAW`` or ``ALAW``, mono, ``language_code`` ``en-US``,
+  ``sample_rate_hertz`` 8000..96000 (resampled to the model's 16 kHz).
+* Audio is cut into 20 ms frames. A frame is *voiced* when its level reaches -55 dBFS
+  and pocketsphinx's WebRTC-style VAD says speech; the VAD adapts to steady line noise
+  within ~100 ms, so hiss does not hold an utterance open.
+* Endpointing follows Riva's ``EndpointingConfig`` with voiced/unvoiced frames standing in
+  for the acoustic model's non-blank/blank tokens. An utterance starts when
+  ``start_threshold`` of the last ``start_history`` ms are voiced (defaults 200 ms, 0.3);
+  the decoder is fed from ``start_history`` + 200 ms before that point so onsets are not
+  clipped. It ends when ``stop_threshold`` of the last ``stop_history`` ms are unvoiced
+  (defaults **800 ms** and 0.98, Riva's defaults): the final result then arrives
+  ``stop_history`` ms of audio after the last voiced frame. When ``stop_history_eou`` is
+  set (and shorter than ``stop_history``), Riva's two-pass end of utterance is emulated:
+  after that much trailing silence an interim result with ``stability=1.0`` is sent once
+  (re-armed when speech resumes). Unset, zero or negative fields take the defaults;
+  thresholds above 1 are ``INVALID_ARGUMENT``. An utterance longer than 30 s is cut and
+  finalised.
+* With ``interim_results`` the hypothesis is checked every 60 ms of in-utterance audio and
+  an interim result (``is_final=False``) is sent when it changed. ``stability`` is 0.1 plus
+  0.8 times the fraction of words unchanged from the previous interim (so 0.1..0.9).
+* Each utterance with a non-empty hypothesis yields one final result (``is_final=True``)
+  with ``confidence`` (mean pocketsphinx word posterior, 0..1) and, when
+  ``enable_word_time_offsets``, word times in ms from the start of the stream. Half-closing
+  the stream finalises pending speech. Every result has ``channel_tag=1`` and
+  ``audio_processed`` = seconds of input audio consumed so far; one alternative is returned.
+* Decoding runs in the stream's gRPC worker thread. pocketsphinx holds the GIL while it
+  decodes (about 1.7 ms per 20 ms frame with the settings below, only for frames inside an
+  utterance), so one server process sustains roughly eight simultaneously talking callers.
+  Building a decoder takes ~0.4 s, holds the GIL for all of it and costs ~95 MB, so
+  decoders are pre-built at start-up and reused from a pool; a stream only builds one
+  when the pool is empty.
+
+pocketsphinx settings: ``fwdflat=False`` (the second pass made finals ~150 ms slower),
+``bestpath=True`` (lattice best path: about 6 ms at ``end_utt`` even for 14 s utterances,
+gives word posteriors for ``confidence`` and recognised the flite test set slightly
+better than without), ``maxhmmpf=2000``/``maxwpf=10`` (halve the per-frame cost with no
+loss on the test set).
+
+Synthesis: ``voice_name`` may be a flite voice (``kal16``, ``kal``, ``rms``, ``awb``,
+``slt``), empty, or any ``English-US...`` name (all map to ``kal16``); others are
+``INVALID_ARGUMENT``, as are empty text, a language other than ``en-US``, an encoding
+other than ``LINEAR_PCM``/``MULAW``/``ALAW`` and a rate outside 8000..48000 (0 means
+16000). ``SynthesizeOnline`` splits the text into sentences, synthesises each with flite
+and streams it in chunks of at most 100 ms, the first as soon as the first sentence is
+ready.
+
+Run standalone with ``python -m agent.speech_server --listen 127.0.0.1:50051``; it prints
+``speech server listening on HOST:PORT`` and stops cleanly on SIGTERM/SIGINT.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import re
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Callable, NoReturn
+
+import grpc
+import pocketsphinx
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from riva.client.proto import riva_asr_pb2, riva_asr_pb2_grpc, riva_tts_pb2, riva_tts_pb2_grpc
+from riva.client.proto.riva_audio_pb2 import AudioEncoding
+
+from agent import audio_util, flite
+
+log = logging.getLogger("openclaw.speech_server")
+
+ASR_SERVICE_NAME = "nvidia.riva.asr.RivaSpeechRecognition"
+TTS_SERVICE_NAME = "nvidia.riva.tts.RivaSpeechSynthesis"
+ASR_MODEL_NAME = "pocketsphinx-en-US"
+LANGUAGE_CODE = "en-US"
+
+MODEL_RATE_HZ = 16000
+FRAME_MS = 20
+FRAME_BYTES = MODEL_RATE_HZ * FRAME_MS // 1000 * 2
+PREROLL_PAD_MS = 200
+INTERIM_INTERVAL_MS = 60
+MAX_UTTERANCE_MS = 30_000
+MIN_INPUT_RATE_HZ = 8000
+MAX_INPUT_RATE_HZ = 96000
+
+TTS_CHUNK_MS = 100
+TTS_DEFAULT_RATE_HZ = 16000
+TTS_MIN_RATE_HZ = 8000
+TTS_MAX_RATE_HZ = 48000
+
+DECODER_OPTIONS: dict[str, object] = {
+    "fwdflat": False,
+    "bestpath": True,
+    "maxhmmpf": 2000,
+    "maxwpf": 10,
+    "loglevel": "FATAL",
+}
+
+
+class ConfigError(ValueError):
+    """A request's configuration is invalid; reported to the client as INVALID_ARGUMENT."""
+
+
+# --------------------------------------------------------------------------------------
+# Endpointing (sans-I/O)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EndpointingParams:
+    """Riva ``EndpointingConfig`` values after defaults are applied (ms and 0..1 ratios)."""
+
+    start_history_ms: int = 200
+    start_threshold: float = 0.3
+    stop_history_ms: int = 800
+    stop_threshold: float = 0.98
+    stop_history_eou_ms: int = 0
+    stop_threshold_eou: float = 0.98
+
+    @classmethod
+    def from_proto(cls, cfg: riva_asr_pb2.EndpointingConfig | None) -> EndpointingParams:
+        """Apply defaults for absent, zero or negative fields; reject thresholds above 1."""
+        default = cls()
+        if cfg is None:
+            return default
+
+        def history(name: str, fallback: int) -> int:
+            if cfg.HasField(name) and getattr(cfg, name) > 0:
+                return int(getattr(cfg, name))
+            return fallback
+
+        def threshold(name: str, fallback: float) -> float:
+            if not cfg.HasField(name):
+                return fallback
+            value = float(getattr(cfg, name))
+            if value > 1.0:
+                raise ConfigError(f"endpointing_config.{name} must be between 0.0 and 1.0, got {value}")
+            return value if value > 0.0 else fallback
+
+        params = cls(
+            start_history_ms=history("start_history", default.start_history_ms),
+            start_threshold=threshold("start_threshold", default.start_threshold),
+            stop_history_ms=history("stop_history", default.stop_history_ms),
+            stop_threshold=threshold("stop_threshold", default.stop_threshold),
+            stop_history_eou_ms=history("stop_history_eou", default.stop_history_eou_ms),
+            stop_threshold_eou=threshold("stop_threshold_eou", default.stop_threshold_eou),
+        )
+        return params
+
+
+START_OF_SPEECH = "start"
+END_OF_UTTERANCE_FIRST_PASS = "eou"
+END_OF_SPEECH = "end"
+
+
+def _frames_for(ms: int) -> int:
+    return max(1, math.ceil(ms / FRAME_MS))
+
+
+class UtteranceEndpointer:
+    """Decides start and end of utterances from a sequence of voiced/unvoiced 20 ms frames.
+
+    Pure: no audio, no clock. :meth:`push` returns ``START_OF_SPEECH``,
+    ``END_OF_UTTERANCE_FIRST_PASS``, ``END_OF_SPEECH`` or ``None`` for each frame.
+    """
+
+    def __init__(self, params: EndpointingParams) -> None:
+        self.params = params
+        self._start_frames = _frames_for(params.start_history_ms)
+        self._start_needed = max(1, math.ceil(params.start_threshold * self._start_frames - 1e-9))
+        self._stop_frames = _frames_for(params.stop_history_ms)
+        self._stop_needed = max(1, math.ceil(params.stop_threshold * self._stop_frames - 1e-9))
+        eou_ms = params.stop_history_eou_ms
+        self._eou_frames = _frames_for(eou_ms) if 0 < eou_ms < params.stop_history_ms else 0
+        self._eou_needed = max(1, math.ceil(params.stop_threshold_eou * self._eou_frames - 1e-9))
+        self._start_window: deque[bool] = deque(maxlen=self._start_frames)
+        self._stop_window: deque[bool] = deque(maxlen=self._stop_frames)
+        self._eou_fired = False
+        self.in_speech = False
+        self.speech_frames = 0
+
+    @property
+    def start_history_frames(self) -> int:
+        return self._start_frames
+
+    def push(self, voiced: bool) -> str | None:
+        """Account one frame; return the endpoint event it causes, if any."""
+        if not self.in_speech:
+            self._start_window.append(voiced)
+            if sum(self._start_window) >= self._start_needed:
+                self.in_speech = True
+                self.speech_frames = len(self._start_window)
+                self._start_window.clear()
+                self._stop_window.clear()
+                self._eou_fired = False
+                return START_OF_SPEECH
+            return None
+        self.speech_frames += 1
+        self._stop_window.append(voiced)
+        if voiced:
+            self._eou_fired = False
+        window = self._stop_window
+        if len(window) >= self._stop_frames and len(window) - sum(window) >= self._stop_needed:
+            self.reset()
+            return END_OF_SPEECH
+        if self._eou_frames and not self._eou_fired and len(window) >= self._eou_frames:
+            recent = list(window)[-self._eou_frames :]
+            if len(recent) - sum(recent) >= self._eou_needed:
+                self._eou_fired = True
+                return END_OF_UTTERANCE_FIRST_PASS
+        return None
+
+    def reset(self) -> None:
+        """Forget the current utterance (used after a forced end)."""
+        self.in_speech = False
+        self.speech_frames = 0
+        self._start_window.clear()
+        self._stop_window.clear()
+        self._eou_fired = False
+
+
+class VoicedFrameClassifier:
+    """Voiced/unvoiced decision for one 20 ms pcm16 frame at 16 kHz.
+
+    A frame is voiced when its level reaches ``min_level_dbfs`` and pocketsphinx's
+    WebRTC-style VAD (which adapts to steady noise within ~100 ms) says speech.
+    """
+
+    def __init__(self, *, vad_mode: int = pocketsphinx.Vad.LOOSE, min_level_dbfs: float = -55.0) -> None:
+        self._vad = pocketsphinx.Vad(vad_mode, MODEL_RATE_HZ, FRAME_MS / 1000)
+        if self._vad.frame_bytes != FRAME_BYTES:
+            raise RuntimeError(f"VAD frame is {self._vad.frame_bytes} bytes, expected {FRAME_BYTES}")
+        self.min_level_dbfs = min_level_dbfs
+
+    def is_voiced(self, frame: bytes) -> bool:
+        if audio_util.rms_dbfs(frame) < self.min_level_dbfs:
+            return False
+        return bool(self._vad.is_speech(frame))
+
+
+# --------------------------------------------------------------------------------------
+# Recognition core
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    word: str
+    start_ms: int
+    end_ms: int
+    confidence: float
+
+
+@dataclass(frozen=True)
+class InterimHypothesis:
+    transcript: str
+    stability: float
+
+
+@dataclass(frozen=True)
+class FinalHypothesis:
+    transcript: str
+    confidence: float
+    words: tuple[WordTiming, ...] = field(default=())
+
+
+RecognitionEvent = InterimHypothesis | FinalHypothesis
+
+
+def new_decoder() -> pocketsphinx.Decoder:
+    """Build a pocketsphinx decoder for the bundled en-US model (slow: ~0.4 s, ~95 MB)."""
+    return pocketsphinx.Decoder(**DECODER_OPTIONS)
+
+
+def _clean_word(word: str) -> str | None:
+    if not word or word.startswith("<") or word.startswith("[") or word.startswith("++"):
+        return None
+    paren = word.find("(")
+    return word[:paren] if paren > 0 else word
+
+
+def _stability(previous: str, current: str) -> float:
+    prev_words = previous.split()
+    cur_words = current.split()
+    if not cur_words:
+        return 0.1
+    common = 0
+    for a, b in zip(prev_words, cur_words):
+        if a != b:
+            break
+        common += 1
+    return round(0.1 + 0.8 * common / len(cur_words), 3)
+
+
+class UtteranceRecognizer:
+    """Turns a 16 kHz pcm16 stream into interim and final hypotheses, utterance by utterance.
+
+    Owns the endpointing and the decoder's utterance lifecycle; does no I/O. Feed audio of
+    any length with :meth:`process`; call :meth:`finish` at end of input.
+    """
+
+    def __init__(
+        self,
+        decoder: pocketsphinx.Decoder,
+        params: EndpointingParams,
+        *,
+        interim_results: bool,
+        word_time_offsets: bool,
+        classifier: VoicedFrameClassifier | None = None,
+    ) -> None:
+        self._decoder = decoder
+        self._endpointer = UtteranceEndpointer(params)
+        self._classifier = classifier or VoicedFrameClassifier()
+        self._interim_results = interim_results
+        self._word_time_offsets = word_time_offsets
+        self._pending = bytearray()
+        preroll_frames = self._endpointer.start_history_frames + PREROLL_PAD_MS // FRAME_MS
+        self._preroll: deque[bytes] = deque(maxlen=preroll_frames)
+        self._frames_seen = 0
+        self._utterance_start_frame = 0
+        self._in_utterance = False
+        self._frames_since_check = 0
+        self._last_interim = ""
+        self._interim_frames = _frames_for(INTERIM_INTERVAL_MS)
+        self._max_frames = MAX_UTTERANCE_MS // FRAME_MS
+        self.decoded_frames = 0
+
+    @property
+    def in_utterance(self) -> bool:
+        return self._in_utterance
+
+    def process(self, pcm16k: bytes) -> list[RecognitionEvent]:
+        """Consume audio; return the interim and final hypotheses it produced, in order."""
+        self._pending += pcm16k
+        events: list[RecognitionEvent] = []
+        offset = 0
+        while len(self._pending) - offset >= FRAME_BYTES:
+            frame = bytes(self._pending[offset : offset + FRAME_BYTES])
+            offset += FRAME_BYTES
+            self._process_frame(frame, events)
+        del self._pending[:offset]
+        return events
+
+    def finish(self) -> list[RecognitionEvent]:
+        """End of input: finalise pending speech (a partial last frame is zero-padded)."""
+        events: list[RecognitionEvent] = []
+        if self._pending and self._in_utterance:
+            frame = bytes(self._pending) + b"\0" * (FRAME_BYTES - len(self._pending))
+            self._decode(frame)
+        self._pending.clear()
+        if self._in_utterance:
+            final = self._end_utterance()
+            if final is not None:
+                events.append(final)
+        return events
+
+    def abort(self) -> None:
+        """Drop any utterance in progress, leaving the decoder reusable."""
+        if self._in_utterance:
+            self._in_utterance = False
+            self._decoder.end_utt()
+        self._endpointer.reset()
+        self._pending.clear()
+
+    def _process_frame(self, frame: bytes, events: list[RecognitionEvent]) -> None:
+        self._frames_seen += 1
+        voiced = self._classifier.is_voiced(frame)
+        if not self._in_utterance:
+            self._preroll.append(frame)
+        event = self._endpointer.push(voiced)
+        if event == START_OF_SPEECH:
+            self._start_utterance()
+            return
+        if not self._in_utterance:
+            return
+        self._decode(frame)
+        self._frames_since_check += 1
+        if event == END_OF_SPEECH or self._endpointer.speech_frames >= self._max_frames:
+            if event != END_OF_SPEECH:
+                self._endpointer.reset()
+            final = self._end_utterance()
+            if final is not None:
+                events.append(final)
+        elif event == END_OF_UTTERANCE_FIRST_PASS and self._interim_results:
+            self._frames_since_check = 0
+            interim = self._interim(stability=1.0)
+            if interim is not None:
+                events.append(interim)
+        elif self._interim_results and self._frames_since_check >= self._interim_frames:
+            self._frames_since_check = 0
+            interim = self._interim(stability=None)
+            if interim is not None:
+                events.append(interim)
+
+    def _decode(self, frame: bytes) -> None:
+        self._decoder.process_raw(frame, False, False)
+        self.decoded_frames += 1
+
+    def _start_utterance(self) -> None:
+        self._decoder.start_utt()
+        self._in_utterance = True
+        self._utterance_start_frame = self._frames_seen - len(self._preroll)
+        self._frames_since_check = 0
+        self._last_interim = ""
+        for buffered in self._preroll:
+            self._decode(buffered)
+        self._preroll.clear()
+
+    def _current_hypothesis(self) -> str:
+        hyp = self._decoder.hyp()
+        return " ".join(hyp.hypstr.split()) if hyp is not None else ""
+
+    def _interim(self, stability: float | None) -> InterimHypothesis | None:
+        text = self._current_hypothesis()
+        if not text:
+            return None
+        if stability is None:
+            if text == self._last_interim:
+                return None
+            stability = _stability(self._last_interim, text)
+        self._last_interim = text
+        return InterimHypothesis(transcript=text, stability=stability)
+
+    def _end_utterance(self) -> FinalHypothesis | None:
+        self._in_utterance = False
+        self._decoder.end_utt()
+        text = self._current_hypothesis()
+        if not text:
+            return None
+        origin_ms = self._utterance_start_frame * FRAME_MS
+        words: list[WordTiming] = []
+        for seg in self._decoder.seg():
+            word = _clean_word(seg.word)
+            if word is None:
+                continue
+            # pocketsphinx frames are 10 ms.
+            words.append(
+                WordTiming(
+                    word=word,
+                    start_ms=origin_ms + seg.start_frame * 10,
+                    end_ms=origin_ms + (seg.end_frame + 1) * 10,
+                    confidence=float(min(1.0, max(0.0, seg.prob))),
+                )
+            )
+        if words:
+            confidence = sum(w.confidence for w in words) / len(words)
+        else:
+            hyp = self._decoder.hyp()
+            confidence = float(min(1.0, max(0.0, hyp.prob))) if hyp is not None else 0.0
+        return FinalHypothesis(
+            transcript=text,
+            confidence=round(confidence, 4),
+            words=tuple(words) if self._word_time_offsets else (),
+        )
+
+
+class DecoderPool:
+    """Reusable pocketsphinx decoders, so a new stream does not pay ~0.4 s to build one."""
+
+    def __init__(self, max_idle: int, factory: Callable[[], pocketsphinx.Decoder] = new_decoder) -> None:
+        self._factory = factory
+        self._max_idle = max_idle
+        self._idle: list[pocketsphinx.Decoder] = []
+        self._lock = threading.Lock()
+        self.created = 0
+        self.in_use = 0
+
+    def prewarm(self, count: int) -> None:
+        """Build decoders until ``count`` are idle (blocking)."""
+        while True:
+            with self._lock:
+                if len(self._idle) >= min(count, self._max_idle):
+                    return
+            decoder = self._factory()
+            with self._lock:
+                self.created += 1
+                self._idle.append(decoder)
+
+    def acquire(self) -> pocketsphinx.Decoder:
+        with self._lock:
+            self.in_use += 1
+            if self._idle:
+                return self._idle.pop()
+        try:
+            decoder = self._factory()
+        except BaseException:
+            with self._lock:
+                self.in_use -= 1
+            raise
+        with self._lock:
+            self.created += 1
+        return decoder
+
+    def release(self, decoder: pocketsphinx.Decoder) -> None:
+        with self._lock:
+            self.in_use -= 1
+            if len(self._idle) < self._max_idle:
+                self._idle.append(decoder)
+
+    @property
+    def idle(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+
+# --------------------------------------------------------------------------------------
+# Input audio and request validation
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecognitionSettings:
+    encoding: int
+    sample_rate_hz: int
+    endpointing: EndpointingParams
+    interim_results: bool
+    word_time_offsets: bool
+
+
+def _check_language(code: str, what: str) -> None:
+    if code.lower() != LANGUAGE_CODE.lower():
+        raise ConfigError(f"{what}: language_code {code!r} is not available; this server has {LANGUAGE_CODE!r}")
+
+
+def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_results: bool) -> RecognitionSettings:
+    """Validate a ``RecognitionConfig``; raise :class:`ConfigError` with the reason."""
+    if config.encoding not in (AudioEncoding.LINEAR_PCM, AudioEncoding.MULAW, AudioEncoding.ALAW):
+        name = AudioEncoding.Name(config.encoding) if config.encoding in AudioEncoding.values() else str(config.encoding)
+        raise ConfigError(f"unsupported encoding {name}; use LINEAR_PCM, MULAW or ALAW")
+    rate = config.sample_rate_hertz
+    if not MIN_INPUT_RATE_HZ <= rate <= MAX_INPUT_RATE_HZ:
+        raise ConfigError(
+            f"sample_rate_hertz must be between {MIN_INPUT_RATE_HZ} and {MAX_INPUT_RATE_HZ}, got {rate}"
+        )
+    _check_language(config.language_code, "RecognitionConfig")
+    if config.audio_channel_count > 1:
+        raise ConfigError(f"only mono audio is supported, got audio_channel_count={config.audio_channel_count}")
+    if config.model and config.model != ASR_MODEL_NAME:
+        raise ConfigError(f"model {config.model!r} is not available; this server has {ASR_MODEL_NAME!r}")
+    endpointing = EndpointingParams.from_proto(
+        config.endpointing_config if config.HasField("endpointing_config") else None
+    )
+    return RecognitionSettings(
+        encoding=config.encoding,
+        sample_rate_hz=rate,
+        endpointing=endpointing,
+        interim_results=interim_results,
+        word_time_offsets=config.enable_word_time_offsets,
+    )
+
+
+class InputAudioConverter:
+    """Decodes G.711 if needed and resamples the client's audio to 16 kHz pcm16."""
+
+    def __init__(self, encoding: int, sample_rate_hz: int) -> None:
+        self._encoding = encoding
+        self._bytes_per_sample = 2 if encoding == AudioEncoding.LINEAR_PCM else 1
+        self._sample_rate_hz = sample_rate_hz
+        self._resampler = audio_util.StreamResampler(sample_rate_hz, MODEL_RATE_HZ)
+        self._input_bytes = 0
+
+    @property
+    def audio_processed_s(self) -> float:
+        """Seconds of client audio consumed so far."""
+        return self._input_bytes / (self._bytes_per_sample * self._sample_rate_hz)
+
+    def convert(self, data: bytes) -> bytes:
+        self._input_bytes += len(data)
+        if self._encoding == AudioEncoding.MULAW:
+            pcm = audio_util.ulaw_to_pcm16(data)
+        elif self._encoding == AudioEncoding.ALAW:
+            pcm = audio_util.alaw_to_pcm16(data)
+        else:
+            pcm = data
+        return self._resampler.process(pcm)
+
+
+# --------------------------------------------------------------------------------------
+# gRPC servicers
+# --------------------------------------------------------------------------------------
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+def _streaming_result(
+    event: RecognitionEvent, audio_processed_s: float
+) -> riva_asr_pb2.StreamingRecognizeResponse:
+    result = riva_asr_pb2.StreamingRecognitionResult(channel_tag=1, audio_processed=audio_processed_s)
+    alt = result.alternatives.add()
+    alt.transcript = event.transcript
+    if isinstance(event, FinalHypothesis):
+        result.is_final = True
+        alt.confidence = event.confidence
+        for w in event.words:
+            alt.words.add(start_time=w.start_ms, end_time=w.end_ms, word=w.word, confidence=w.confidence)
+    else:
+        result.is_final = False
+        result.stability = event.stability
+    return riva_asr_pb2.StreamingRecognizeResponse(results=[result])
+
+
+class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
+    """Riva speech recognition on pocketsphinx."""
+
+    def __init__(self, pool: DecoderPool) -> None:
+        self._pool = pool
+
+    def StreamingRecognize(  # noqa: N802 (gRPC method name)
+        self,
+        request_iterator: Iterator[riva_asr_pb2.StreamingRecognizeRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[riva_asr_pb2.StreamingRecognizeResponse]:
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("streaming_request") != "streaming_config":
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "the first StreamingRecognizeRequest must carry streaming_config",
+            )
+        try:
+            settings = parse_recognition_config(
+                first.streaming_config.config, interim_results=first.streaming_config.interim_results
+            )
+        except ConfigError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
+        decoder = self._pool.acquire()
+        recognizer = UtteranceRecognizer(
+            decoder,
+            settings.endpointing,
+            interim_results=settings.interim_results,
+            word_time_offsets=settings.word_time_offsets,
+        )
+        try:
+            for request in request_iterator:
+                kind = request.WhichOneof("streaming_request")
+                if kind == "streaming_config":
+                    _abort(
+                        context,
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "streaming_config is only allowed in the first StreamingRecognizeRequest",
+                    )
+                if kind != "audio_content" or not request.audio_content:
+                    continue
+                events = recognizer.process(converter.convert(request.audio_content))
+                for event in events:
+                    yield _streaming_result(event, converter.audio_processed_s)
+            for event in recognizer.finish():
+                yield _streaming_result(event, converter.audio_processed_s)
+        finally:
+            recognizer.abort()
+            self._pool.release(decoder)
+
+    def Recognize(  # noqa: N802
+        self, request: riva_asr_pb2.RecognizeRequest, context: grpc.ServicerContext
+    ) -> riva_asr_pb2.RecognizeResponse:
+        try:
+            settings = parse_recognition_config(request.config, interim_results=False)
+        except ConfigError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
+        decoder = self._pool.acquire()
+        recognizer = UtteranceRecognizer(
+            decoder, settings.endpointing, interim_results=False, word_time_offsets=settings.word_time_offsets
+        )
+        try:
+            events = recognizer.process(converter.convert(request.audio))
+            events += recognizer.finish()
+        finally:
+            recognizer.abort()
+            self._pool.release(decoder)
+        response = riva_asr_pb2.RecognizeResponse()
+        for event in events:
+            if not isinstance(event, FinalHypothesis):
+                continue
+            result = response.results.add(channel_tag=1, audio_processed=converter.audio_processed_s)
+            alt = result.alternatives.add(transcript=event.transcript, confidence=event.confidence)
+            for w in event.words:
+                alt.words.add(start_time=w.start_ms, end_time=w.end_ms, word=w.word, confidence=w.confidence)
+        return response
+
+    def GetRivaSpeechRecognitionConfig(  # noqa: N802
+        self, request: riva_asr_pb2.RivaSpeechRecognitionConfigRequest, context: grpc.ServicerContext
+    ) -> riva_asr_pb2.RivaSpeechRecognitionConfigResponse:
+        response = riva_asr_pb2.RivaSpeechRecognitionConfigResponse()
+        if request.model_name in ("", ASR_MODEL_NAME):
+            cfg = response.model_config.add(model_name=ASR_MODEL_NAME)
+            cfg.parameters["language_code"] = LANGUAGE_CODE
+            cfg.parameters["type"] = "online"
+            cfg.parameters["sample_rate"] = str(MODEL_RATE_HZ)
+        return response
+
+
+# --- synthesis -------------------------------------------------------------------------
+
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?;:])\s+|\n+")
+_RIVA_VOICE = re.compile(r"^English-US([.\-_].*)?$")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text at sentence punctuation followed by space, and at line breaks."""
+    return [part.strip() for part in _SENTENCE_SPLIT.split(text) if part and part.strip()]
+
+
+def resolve_voice(voice_name: str) -> str:
+    """Map a Riva ``voice_name`` to a flite voice; raise :class:`ConfigError` if unknown."""
+    if not voice_name:
+        return flite.DEFAULT_VOICE
+    if voice_name in flite.VOICES:
+        return voice_name
+    if _RIVA_VOICE.match(voice_name):
+        return flite.DEFAULT_VOICE
+    raise ConfigError(
+        f"voice_name {voice_name!r} is not available; use one of {', '.join(flite.VOICES)} or English-US.*"
+    )
+
+
+@dataclass(frozen=True)
+class SynthesisSettings:
+    text: str
+    voice: str
+    encoding: int
+    sample_rate_hz: int
+
+
+def parse_synthesis_request(request: riva_tts_pb2.SynthesizeSpeechRequest) -> SynthesisSettings:
+    """Validate a ``SynthesizeSpeechRequest``; raise :class:`ConfigError` with the reason."""
+    if not request.text.strip():
+        raise ConfigError("text must not be empty")
+    if request.language_code:
+        _check_language(request.language_code, "SynthesizeSpeechRequest")
+    if request.encoding not in (AudioEncoding.LINEAR_PCM, AudioEncoding.MULAW, AudioEncoding.ALAW):
+        name = AudioEncoding.Name(request.encoding) if request.encoding in AudioEncoding.values() else str(request.encoding)
+        raise ConfigError(f"unsupported encoding {name}; use LINEAR_PCM, MULAW or ALAW")
+    rate = request.sample_rate_hz or TTS_DEFAULT_RATE_HZ
+    if not TTS_MIN_RATE_HZ <= rate <= TTS_MAX_RATE_HZ:
+        raise ConfigError(f"sample_rate_hz must be between {TTS_MIN_RATE_HZ} and {TTS_MAX_RATE_HZ}, got {rate}")
+    return SynthesisSettings(
+        text=request.text, voice=resolve_voice(request.voice_name), encoding=request.encoding, sample_rate_hz=rate
+    )
+
+
+def _encode_output(pcm: bytes, encoding: int) -> bytes:
+    if encoding == AudioEncoding.MULAW:
+        return audio_util.pcm16_to_ulaw(pcm)
+    if encoding == AudioEncoding.ALAW:
+        return audio_util.pcm16_to_alaw(pcm)
+    return pcm
+
+
+def synthesize_chunks(settings: SynthesisSettings, chunk_ms: int = TTS_CHUNK_MS) -> Iterator[bytes]:
+    """Yield encoded audio for ``settings.text`` sentence by sentence, ``chunk_ms`` at a time."""
+    resampler: audio_util.StreamResampler | None = None
+    chunk_bytes = settings.sample_rate_hz * chunk_ms // 1000 * 2
+    carry = b""
+    for sentence in split_sentences(settings.text):
+        pcm, native_rate = flite.synthesize(sentence, settings.voice)
+        if resampler is None:
+            resampler = audio_util.StreamResampler(native_rate, settings.sample_rate_hz)
+        pcm = carry + resampler.process(pcm)
+        whole = len(pcm) - len(pcm) % chunk_bytes
+        for start in range(0, whole, chunk_bytes):
+            yield _encode_output(pcm[start : start + chunk_bytes], settings.encoding)
+        carry = pcm[whole:]
+    if carry:
+        yield _encode_output(carry, settings.encoding)
+
+
+class RivaTtsServicer(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
+    """Riva speech synthesis on flite."""
+
+    def Synthesize(  # noqa: N802
+        self, request: riva_tts_pb2.SynthesizeSpeechRequest, context: grpc.ServicerContext
+    ) -> riva_tts_pb2.SynthesizeSpeechResponse:
+        try:
+            settings = parse_synthesis_request(request)
+        except ConfigError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        audio = b"".join(synthesize_chunks(settings, chunk_ms=1000))
+        response = riva_tts_pb2.SynthesizeSpeechResponse(audio=audio)
+        response.meta.text = request.text
+        response.meta.processed_text = request.text
+        return response
+
+    def SynthesizeOnline(  # noqa: N802
+        self,
+        request_iterator: Iterable[riva_tts_pb2.SynthesizeSpeechRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[riva_tts_pb2.SynthesizeSpeechResponse]:
+        received = False
+        for request in request_iterator:
+            received = True
+            try:
+                settings = parse_synthesis_request(request)
+            except ConfigError as exc:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            for chunk in synthesize_chunks(settings):
+                if not context.is_active():
+                    return
+                yield riva_tts_pb2.SynthesizeSpeechResponse(audio=chunk)
+        if not received:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "SynthesizeOnline needs at least one request")
+
+    def GetRivaSynthesisConfig(  # noqa: N802
+        self, request: riva_tts_pb2.RivaSynthesisConfigRequest, context: grpc.ServicerContext
+    ) -> riva_tts_pb2.RivaSynthesisConfigResponse:
+        response = riva_tts_pb2.RivaSynthesisConfigResponse()
+        for voice in flite.VOICES:
+            model_name = f"flite-{voice}"
+            if request.model_name and request.model_name != model_name:
+                continue
+            cfg = response.model_config.add(model_name=model_name)
+            cfg.parameters["language_code"] = LANGUAGE_CODE
+            cfg.parameters["voice_name"] = voice
+            cfg.parameters["sample_rate"] = "8000" if voice == "kal" else "16000"
+        return response
+
+
+# --------------------------------------------------------------------------------------
+# Server
+# --------------------------------------------------------------------------------------
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"listen address must be HOST:PORT, got {listen!r}")
+    return host, int(port)
+
+
+class SpeechServer:
+    """A running speech server; see :func:`start_speech_server`."""
+
+    def __init__(self, server: grpc.Server, health_servicer: health.HealthServicer, host: str, port: int, pool: DecoderPool) -> None:
+        self._server = server
+        self._health = health_servicer
+        self.host = host
+        self.port = port
+        self.pool = pool
+        self._stopped = False
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` a client can dial (wildcard hosts become loopback)."""
+        host = self.host
+        if host in ("0.0.0.0", "", "*"):
+            host = "127.0.0.1"
+        elif host in ("[::]", "::"):
+            host = "[::1]"
+        return f"{host}:{self.port}"
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop serving: health turns NOT_SERVING, RPCs get ``grace`` seconds to finish."""
+        if not self._stopped:
+            self._stopped = True
+            self._health.enter_graceful_shutdown()
+        self._server.stop(grace).wait()
+
+    def wait(self) -> None:
+        """Block until the server has stopped."""
+        self._server.wait_for_termination()
+
+
+def start_speech_server(
+    listen: str = "127.0.0.1:50051",
+    max_workers: int = 32,
+    *,
+    prewarm_decoders: int = 2,
+    max_idle_decoders: int = 8,
+) -> SpeechServer:
+    """Build decoders, load the default voice and start serving on ``listen`` (port 0 = any free port).
+
+    ``max_workers`` bounds concurrent RPCs: each open recognition or synthesis stream holds
+    one worker thread. Raises ``RuntimeError`` if the address cannot be bound.
+    """
+    host, port = _split_listen(listen)
+    if max_workers < 1:
+        raise ValueError(f"max_workers must be at least 1, got {max_workers}")
+    pool = DecoderPool(max_idle=max_idle_decoders)
+    pool.prewarm(prewarm_decoders)
+    flite.load_voice(flite.DEFAULT_VOICE)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="speech-rpc"),
+        options=[("grpc.so_reuseport", 0)],
+    )
+    riva_asr_pb2_grpc.add_RivaSpeechRecognitionServicer_to_server(RivaAsrServicer(pool), server)
+    riva_tts_pb2_grpc.add_RivaSpeechSynthesisServicer_to_server(RivaTtsServicer(), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        bound = server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot listen on {listen}: {exc}") from exc
+    if not bound:
+        raise RuntimeError(f"cannot listen on {listen}")
+    for name in ("", ASR_SERVICE_NAME, TTS_SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    server.start()
+    return SpeechServer(server, health_servicer, host, bound, pool)
+
+
+def run(listen: str, max_workers: int = 32) -> int:
+    """Serve on ``listen`` until SIGTERM or SIGINT; print one ``listening`` line; return 0."""
+    server = start_speech_server(listen, max_workers)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    print(f"speech server listening on {server.address}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop(grace=1.0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.speech_server", description=__doc__.splitlines()[0])
+    parser.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT to listen on (port 0 = any)")
+    parser.add_argument("--max-workers", type=int, default=32, help="concurrent RPC limit (threads)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return run(args.listen, args.max_workers)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
