@@ -103,13 +103,25 @@ class AgentAudioRecorder:
 class CallerSource:
     """The caller's outgoing audio (FrameSource) with the time its last frame went out."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.playout = PlayoutBuffer(on_event=self._on_event)
         self._done: dict[int, PlayoutEvent] = {}
         self._started: dict[int, PlayoutEvent] = {}
+        self._monotonic = monotonic
+        #: time.monotonic() of every voiced frame sent
+        self.voiced_at: list[float] = []
 
     def pull_frame(self, nbytes: int) -> bytes:
-        return self.playout.pull_frame(nbytes)
+        frame = self.playout.pull_frame(nbytes)
+        if rms_dbfs(frame) > VOICED_DBFS:
+            self.voiced_at.append(self._monotonic())
+        return frame
+
+    def first_voiced_after(self, t: float) -> float | None:
+        for at in self.voiced_at:
+            if at >= t:
+                return at
+        return None
 
     def _on_event(self, event: PlayoutEvent) -> None:
         if event.type is PlayoutEventType.STARTED:
@@ -294,7 +306,10 @@ class TestCaller:
         # From the caller's first voiced frame to the agent's last voiced frame.
         while self.source.started(sid) is None:
             yield self._sleep(0.01)
-        started = self.source.started(sid).at_s  # type: ignore[union-attr]
+        segment_start = self.source.started(sid).at_s  # type: ignore[union-attr]
+        while self.source.first_voiced_after(segment_start) is None and self.source.finished(sid) is None:
+            yield self._sleep(0.01)
+        started = self.source.first_voiced_after(segment_start) or segment_start
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             last = self.recorder.last_voiced()
@@ -307,7 +322,10 @@ class TestCaller:
     def _wait_segment(self, sid: int) -> Any:
         while self.source.finished(sid) is None:
             yield self._sleep(0.01)
-        return self.source.finished(sid).at_s  # type: ignore[union-attr]
+        finished = self.source.finished(sid).at_s  # type: ignore[union-attr]
+        # The turn ends with the caller's last voiced frame, not trailing silence.
+        voiced = [t for t in self.source.voiced_at if t <= finished]
+        return voiced[-1] if voiced else finished
 
     @defer.inlineCallbacks
     def _wait_first_voice(self, after: float, timeout_s: float) -> Any:
