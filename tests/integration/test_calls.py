@@ -211,3 +211,43 @@ def test_unrouted_number_gets_404_and_bad_dialplan_refuses_to_start(tmp_path) ->
     assert proc.returncode == 2
     err = proc.stderr.decode()
     assert f"{bad}:5:5:" in err and "flaw" in err, err
+
+
+def test_trunk_registration_with_digest_refreshes_and_is_exposed(tmp_path) -> None:
+    """The agent registers with digest credentials, refreshes before expiry, and reports it in metrics."""
+    from tests.integration.registrar import FakeRegistrar
+
+    registrar = FakeRegistrar("trunkuser", "s3cret", grant_expires_s=8)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "sip:\n"
+        "  registration:\n"
+        f"    registrar: sip:127.0.0.1:{registrar.port}\n"
+        "    aor: sip:trunkuser@127.0.0.1\n"
+        "    username: trunkuser\n"
+        "    password: s3cret\n"
+        "    expires_s: 60\n")
+    agent = start_agent(str(tmp_path), "--config", str(config))
+    try:
+        agent.wait_for(lambda: len(registrar.authorized()) >= 2, 30.0, "a registration and its refresh")
+        first, second = registrar.authorized()[:2]
+        assert second.at - first.at < 8.0, "refreshed before the granted 8 s expired"
+        assert registrar.registrations[0].authorized is False, "the first REGISTER was challenged"
+        m = agent.metrics()
+        assert m["openclaw_sip_registration_up"] == 1.0
+        assert m["openclaw_sip_registration_status_code"] == 200.0
+        assert "registration: 200" in agent.log()
+    finally:
+        assert stop_agent(agent) == 0
+        registrar.stop()
+
+    wrong = FakeRegistrar("trunkuser", "other-password")
+    config.write_text(config.read_text().replace(str(registrar.port), str(wrong.port)))
+    agent = start_agent(str(tmp_path), "--config", str(config))
+    try:
+        agent.wait_for(lambda: agent.metrics()["openclaw_sip_registration_status_code"] == 403.0, 30.0,
+                       "the rejected registration to show")
+        assert agent.metrics()["openclaw_sip_registration_up"] == 0.0
+    finally:
+        assert stop_agent(agent) == 0
+        wrong.stop()
