@@ -25,6 +25,7 @@ class ConfigError(ValueError):
     """An invalid file; ``str()`` is ``path:line:column: message`` per error."""
 
     def __init__(self, errors: list[tuple[Mark, str]]) -> None:
+        errors = sorted(errors, key=lambda e: (e[0].path, e[0].line, e[0].column))
         self.errors = errors
         super().__init__("\n".join(f"{mark}: {msg}" for mark, msg in errors))
 

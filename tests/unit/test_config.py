@@ -1,0 +1,52 @@
+"""Server config: defaults, overrides and precise errors."""
+import os
+
+import pytest
+
+from agent.config import DEFAULT_DIALPLAN, load_config
+from agent.yamlmarks import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_no_file_means_defaults():
+    """Without a config: SIP on 0.0.0.0:5060, capacity 4, the demo dialplan, embedded speech."""
+    c = load_config(None)
+    assert (c.sip.host, c.sip.port, c.sip.capacity) == ("0.0.0.0", 5060, 4)
+    assert c.dialplans == (DEFAULT_DIALPLAN,)
+    assert c.speech.regions == ()
+    assert c.metrics.port == 9464
+
+
+def test_example_config_loads_and_resolves_dialplans_relative_to_itself():
+    """The shipped example is valid and its dialplan path points at the demo line."""
+    c = load_config(os.path.join(ROOT, "ops", "config.example.yaml"))
+    assert os.path.realpath(c.dialplans[0]) == os.path.realpath(DEFAULT_DIALPLAN)
+
+
+def test_every_error_is_reported_with_file_line_column(tmp_path):
+    """Unknown keys, wrong types and bad values are all listed, in file order, with positions."""
+    p = tmp_path / "c.yaml"
+    p.write_text("sip:\n  port: \"x\"\n  capasity: 3\nmedia:\n  frame_ms: 15\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    lines = str(e.value).splitlines()
+    assert lines[0] == f"{p}:2:9: config.sip.port: expected int, got a string"
+    assert lines[1].startswith(f"{p}:3:3: unknown key 'capasity' in config.sip; expected one of: host, port")
+    assert lines[2] == f"{p}:5:13: config.media.frame_ms: expected 10 or 20"
+
+
+def test_registration_needs_registrar_and_aor(tmp_path):
+    """A registration block without an AOR names what is missing."""
+    p = tmp_path / "c.yaml"
+    p.write_text("sip:\n  registration:\n    registrar: sip:trunk.example.net\n")
+    with pytest.raises(ConfigError, match=r":3:5: config.sip.registration: expected both 'registrar' and 'aor'"):
+        load_config(str(p))
+
+
+def test_yaml_syntax_error_has_a_position(tmp_path):
+    """Broken YAML reports where the parser stopped."""
+    p = tmp_path / "c.yaml"
+    p.write_text("sip:\n  port: [5060\n")
+    with pytest.raises(ConfigError, match=rf"^{p}:3:1: YAML syntax error"):
+        load_config(str(p))
