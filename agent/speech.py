@@ -8,7 +8,9 @@ be imported alongside it, both register the same proto names).
 
 Threading: every recognition and synthesis stream runs its RPC on its own worker thread,
 and **its callbacks are invoked on that worker thread**, never on the caller's; wrap them
-(e.g. with ``reactor.callFromThread``) before touching reactor state. ``push_audio`` is
+(e.g. with ``reactor.callFromThread``) before touching reactor state, and do not let them
+wait for the thread that will call ``close()``/``cancel()`` (closing waits for a callback
+already running to return). ``push_audio`` is
 safe to call from any thread (e.g. the media clock thread) and never blocks on the
 network: audio waits in a bounded queue, and when the queue is full the oldest chunk is
 dropped and counted in :attr:`RecognitionStream.dropped_chunks`. After ``close()`` /
@@ -192,6 +194,11 @@ class RecognitionStream:
         except Exception as exc:  # a bug or a broken channel; report, do not kill the thread silently
             self._gate.run(self._on_error, SpeechError(f"streaming recognition failed: {exc!r}", retryable=False))
         finally:
+            # Release gRPC's request thread if it is still waiting for audio.
+            with self._cond:
+                self._input_ended = True
+                self._queue.clear()
+                self._cond.notify_all()
             self._done.set()
 
     def _dispatch(self, response: riva_asr_pb2.StreamingRecognizeResponse) -> None:
@@ -307,7 +314,7 @@ class SpeechClient:
             )
         except grpc.RpcError:
             return False
-        return response.status == health_pb2.HealthCheckResponse.SERVING
+        return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Poll health until SERVING; raise ``TimeoutError`` after ``timeout_s`` seconds."""

@@ -15,8 +15,9 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
 
 * The first request must carry ``streaming_config``, later ones only ``audio_content``;
   anything else aborts with ``INVALID_ARGUMENT``. Accepted input: ``LINEAR_PCM``
-  (16-bit little-endian), ``MULAW`` or ``ALAW``, mono, ``language_code`` ``en-US``,
-  ``sample_rate_hertz`` 8000..96000 (resampled to the model's 16 kHz).
+  (16-bit little-endian), ``MULAW`` or ``ALAW`` (``ENCODING_UNSPECIFIED`` is rejected),
+  mono, ``language_code`` ``en-US``, ``sample_rate_hertz`` 8000..96000 (resampled to the
+  model's 16 kHz), ``model`` empty or ``pocketsphinx-en-US``.
 * Audio is cut into 20 ms frames. A frame is *voiced* when its level reaches -55 dBFS
   and pocketsphinx's WebRTC-style VAD says speech; the VAD adapts to steady line noise
   within ~100 ms, so hiss does not hold an utterance open.
@@ -25,7 +26,7 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
   ``start_threshold`` of the last ``start_history`` ms are voiced (defaults 200 ms, 0.3);
   the decoder is fed from ``start_history`` + 200 ms before that point so onsets are not
   clipped. It ends when ``stop_threshold`` of the last ``stop_history`` ms are unvoiced
-  (defaults **800 ms** and 0.98, Riva's defaults): the final result then arrives
+  (defaults **800 ms**, as in Riva, and 0.98): the final result then arrives
   ``stop_history`` ms of audio after the last voiced frame. When ``stop_history_eou`` is
   set (and shorter than ``stop_history``), Riva's two-pass end of utterance is emulated:
   after that much trailing silence an interim result with ``stability=1.0`` is sent once
@@ -40,12 +41,14 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
   ``enable_word_time_offsets``, word times in ms from the start of the stream. Half-closing
   the stream finalises pending speech. Every result has ``channel_tag=1`` and
   ``audio_processed`` = seconds of input audio consumed so far; one alternative is returned.
-* Decoding runs in the stream's gRPC worker thread. pocketsphinx holds the GIL while it
-  decodes (about 1.7 ms per 20 ms frame with the settings below, only for frames inside an
-  utterance), so one server process sustains roughly eight simultaneously talking callers.
-  Building a decoder takes ~0.4 s, holds the GIL for all of it and costs ~95 MB, so
-  decoders are pre-built at start-up and reused from a pool; a stream only builds one
-  when the pool is empty.
+* Decoding runs in decode worker processes (spawned at start-up; by default one per CPU,
+  at most 4), not in the gRPC threads: pocketsphinx holds the GIL while it decodes, and
+  with decoding in-process four simultaneously talking streams already delayed each
+  other's results by 0.1-0.8 s. A stream is bound to the worker with the fewest open
+  streams; each request is one pipe round trip. A worker that dies fails its streams with
+  ``UNAVAILABLE`` and is replaced. Building a decoder takes ~0.4 s and ~95 MB, so each
+  worker pre-builds two and keeps up to eight for reuse. ``decode_processes=0`` decodes in
+  the gRPC threads instead.
 
 pocketsphinx settings: ``fwdflat=False`` (the second pass made finals ~150 ms slower),
 ``bestpath=True`` (lattice best path: about 6 ms at ``end_utt`` even for 14 s utterances,
@@ -67,8 +70,13 @@ Run standalone with ``python -m agent.speech_server --listen 127.0.0.1:50051``; 
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import math
+import multiprocessing
+import multiprocessing.context
+import os
+import queue
 import re
 import signal
 import sys
@@ -77,7 +85,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Callable, NoReturn
+from multiprocessing.connection import Connection
+from typing import Callable, NoReturn, Protocol, cast
 
 import grpc
 import pocketsphinx
@@ -574,18 +583,9 @@ class InputAudioConverter:
 
     def __init__(self, encoding: int, sample_rate_hz: int) -> None:
         self._encoding = encoding
-        self._bytes_per_sample = 2 if encoding == AudioEncoding.LINEAR_PCM else 1
-        self._sample_rate_hz = sample_rate_hz
         self._resampler = audio_util.StreamResampler(sample_rate_hz, MODEL_RATE_HZ)
-        self._input_bytes = 0
-
-    @property
-    def audio_processed_s(self) -> float:
-        """Seconds of client audio consumed so far."""
-        return self._input_bytes / (self._bytes_per_sample * self._sample_rate_hz)
 
     def convert(self, data: bytes) -> bytes:
-        self._input_bytes += len(data)
         if self._encoding == AudioEncoding.MULAW:
             pcm = audio_util.ulaw_to_pcm16(data)
         elif self._encoding == AudioEncoding.ALAW:
@@ -593,6 +593,376 @@ class InputAudioConverter:
         else:
             pcm = data
         return self._resampler.process(pcm)
+
+
+class AudioClock:
+    """Seconds of client audio received on a stream (Riva's ``audio_processed``)."""
+
+    def __init__(self, settings: RecognitionSettings) -> None:
+        bytes_per_sample = 2 if settings.encoding == AudioEncoding.LINEAR_PCM else 1
+        self._bytes_per_second = bytes_per_sample * settings.sample_rate_hz
+        self._bytes = 0
+
+    def consume(self, audio: bytes) -> None:
+        self._bytes += len(audio)
+
+    @property
+    def seconds(self) -> float:
+        return self._bytes / self._bytes_per_second
+
+
+# --------------------------------------------------------------------------------------
+# Recognition engines: where decoding runs
+# --------------------------------------------------------------------------------------
+
+
+class EngineUnavailable(RuntimeError):
+    """Decoding cannot proceed (worker process gone or unresponsive); reported as UNAVAILABLE."""
+
+
+class RecognitionSession(Protocol):
+    """One stream's recognizer: raw client audio in, hypotheses out."""
+
+    def process(self, audio: bytes) -> list[RecognitionEvent]: ...
+
+    def finish(self) -> list[RecognitionEvent]: ...
+
+    def close(self) -> None: ...
+
+
+class RecognitionEngine(Protocol):
+    """Opens recognition sessions."""
+
+    def open(self, settings: RecognitionSettings) -> RecognitionSession: ...
+
+    def close(self) -> None: ...
+
+
+class LocalRecognitionSession:
+    """Converts and decodes in the calling thread, with a decoder borrowed from ``pool``."""
+
+    def __init__(self, settings: RecognitionSettings, pool: DecoderPool) -> None:
+        self._pool = pool
+        self._converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
+        self._decoder = pool.acquire()
+        self._recognizer = UtteranceRecognizer(
+            self._decoder,
+            settings.endpointing,
+            interim_results=settings.interim_results,
+            word_time_offsets=settings.word_time_offsets,
+        )
+        self._closed = False
+
+    def process(self, audio: bytes) -> list[RecognitionEvent]:
+        return self._recognizer.process(self._converter.convert(audio))
+
+    def finish(self) -> list[RecognitionEvent]:
+        return self._recognizer.finish()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._recognizer.abort()
+            self._pool.release(self._decoder)
+
+
+class LocalRecognitionEngine:
+    """Decodes in the gRPC worker threads of this process (all streams share one GIL)."""
+
+    def __init__(self, pool: DecoderPool) -> None:
+        self.pool = pool
+
+    def open(self, settings: RecognitionSettings) -> LocalRecognitionSession:
+        return LocalRecognitionSession(settings, self.pool)
+
+    def close(self) -> None:
+        pass
+
+
+def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int) -> None:
+    """Body of a decode worker process: serve session requests from ``conn`` until EOF.
+
+    Requests are ``(op, session_id, arg)`` with op ``open`` (arg: RecognitionSettings),
+    ``audio`` (arg: bytes), ``finish``, ``close`` or ``stop`` (exit); ``open``, ``audio`` and
+    ``finish`` are answered with ``(session_id, ok, events_or_error_text)``.
+    """
+    # A group-wide SIGINT/SIGTERM is for the parent, which stops its workers after a graceful
+    # gRPC shutdown; a worker also exits when the parent's end of the pipe closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pool = DecoderPool(max_idle=max_idle)
+    pool.prewarm(prewarm)
+    sessions: dict[int, LocalRecognitionSession] = {}
+    try:
+        conn.send(("ready", os.getpid()))
+        while True:
+            op, sid, arg = conn.recv()
+            try:
+                if op == "open":
+                    sessions[sid] = LocalRecognitionSession(arg, pool)
+                    reply: object = []
+                elif op == "audio":
+                    reply = sessions[sid].process(arg)
+                elif op == "finish":
+                    reply = sessions[sid].finish()
+                elif op == "close":
+                    session = sessions.pop(sid, None)
+                    if session is not None:
+                        session.close()
+                    continue
+                elif op == "stop":
+                    break
+                else:
+                    raise ValueError(f"unknown decode worker request {op!r}")
+            except Exception as exc:  # reported to the stream, the worker keeps serving
+                conn.send((sid, False, f"{type(exc).__name__}: {exc}"))
+                continue
+            conn.send((sid, True, reply))
+    except (EOFError, OSError):
+        pass
+
+
+_WORKER_EXITED = object()
+
+
+class _DecodeWorker:
+    """Parent-side handle of one decode worker process."""
+
+    def __init__(self, index: int, ctx: multiprocessing.context.SpawnContext, prewarm: int, max_idle: int) -> None:
+        self.index = index
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(
+            target=_decode_worker_main,
+            args=(child_conn, prewarm, max_idle),
+            name=f"speech-decode-{index}",
+            daemon=True,
+        )
+        self.process.start()
+        child_conn.close()
+        self._conn = parent_conn
+        self._send_lock = threading.Lock()
+        self._waiters: dict[int, queue.SimpleQueue[object]] = {}
+        self._waiters_lock = threading.Lock()
+        self.sessions = 0
+        self.alive = False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        try:
+            if not self._conn.poll(timeout_s):
+                raise EngineUnavailable(f"decode worker {self.index} not ready after {timeout_s:.0f} s")
+            message = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            raise EngineUnavailable(f"decode worker {self.index} exited during start-up") from exc
+        if not (isinstance(message, tuple) and message[0] == "ready"):
+            raise EngineUnavailable(f"decode worker {self.index} sent {message!r} instead of ready")
+        self.alive = True
+        threading.Thread(target=self._read_replies, name=f"speech-decode-{self.index}-reader", daemon=True).start()
+
+    def register(self, sid: int) -> queue.SimpleQueue[object]:
+        replies: queue.SimpleQueue[object] = queue.SimpleQueue()
+        with self._waiters_lock:
+            self._waiters[sid] = replies
+        if not self.alive:
+            replies.put(_WORKER_EXITED)
+        return replies
+
+    def unregister(self, sid: int) -> None:
+        with self._waiters_lock:
+            self._waiters.pop(sid, None)
+
+    def send(self, message: tuple[str, int, object]) -> None:
+        with self._send_lock:
+            if not self.alive:
+                raise EngineUnavailable(f"decode worker {self.index} has exited")
+            try:
+                self._conn.send(message)
+            except (OSError, ValueError) as exc:
+                self._mark_dead()
+                raise EngineUnavailable(f"decode worker {self.index} has exited") from exc
+
+    def _read_replies(self) -> None:
+        while True:
+            try:
+                sid, ok, payload = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            with self._waiters_lock:
+                replies = self._waiters.get(sid)
+            if replies is not None:
+                replies.put((ok, payload))
+        self._mark_dead()
+
+    def _mark_dead(self) -> None:
+        if self.alive:
+            log.warning("decode worker %d (pid %s) exited", self.index, self.process.pid)
+        self.alive = False
+        with self._waiters_lock:
+            waiters = list(self._waiters.values())
+        for replies in waiters:
+            replies.put(_WORKER_EXITED)
+
+    def stop(self, timeout_s: float) -> None:
+        with self._send_lock:
+            self.alive = False
+            try:
+                self._conn.send(("stop", 0, None))
+            except (OSError, ValueError):
+                pass
+        self.process.join(timeout_s)
+        self._conn.close()
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout_s)
+
+
+class RemoteRecognitionSession:
+    """A session whose decoder lives in a decode worker process; each call is one round trip."""
+
+    def __init__(
+        self,
+        engine: ProcessRecognitionEngine,
+        worker: _DecodeWorker,
+        sid: int,
+        settings: RecognitionSettings,
+        reply_timeout_s: float,
+    ) -> None:
+        self._engine = engine
+        self._worker = worker
+        self._sid = sid
+        self._timeout_s = reply_timeout_s
+        self._replies = worker.register(sid)
+        self._closed = False
+        self._call("open", settings)
+
+    def _call(self, op: str, arg: object = None) -> list[RecognitionEvent]:
+        self._worker.send((op, self._sid, arg))
+        try:
+            reply = self._replies.get(timeout=self._timeout_s)
+        except queue.Empty:
+            raise EngineUnavailable(
+                f"decode worker {self._worker.index} did not answer within {self._timeout_s:.0f} s"
+            ) from None
+        if reply is _WORKER_EXITED:
+            raise EngineUnavailable(f"decode worker {self._worker.index} exited")
+        ok, payload = cast("tuple[bool, object]", reply)
+        if not ok:
+            raise RuntimeError(f"decode worker error: {payload}")
+        return cast("list[RecognitionEvent]", payload)
+
+    def process(self, audio: bytes) -> list[RecognitionEvent]:
+        return self._call("audio", audio)
+
+    def finish(self) -> list[RecognitionEvent]:
+        return self._call("finish")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._worker.send(("close", self._sid, None))
+        except EngineUnavailable:
+            pass
+        self._worker.unregister(self._sid)
+        self._engine.session_closed(self._worker)
+
+
+class ProcessRecognitionEngine:
+    """Decodes in ``processes`` worker processes (spawned), so decoding is not bound by this
+    process's GIL and does not delay gRPC I/O. A stream goes to the worker with the fewest
+    open sessions; a worker that dies fails its streams with UNAVAILABLE and is replaced.
+    """
+
+    def __init__(
+        self,
+        processes: int,
+        *,
+        prewarm_per_process: int,
+        max_idle_per_process: int,
+        start_timeout_s: float = 120.0,
+        reply_timeout_s: float = 30.0,
+    ) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, got {processes}")
+        self._ctx = multiprocessing.get_context("spawn")
+        self._prewarm = prewarm_per_process
+        self._max_idle = max_idle_per_process
+        self._start_timeout_s = start_timeout_s
+        self._reply_timeout_s = reply_timeout_s
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._respawning: set[int] = set()
+        self._workers = [self._spawn(i) for i in range(processes)]
+        try:
+            for worker in self._workers:
+                worker.wait_ready(start_timeout_s)
+        except BaseException:
+            for worker in self._workers:
+                worker.stop(1.0)
+            raise
+
+    def _spawn(self, index: int) -> _DecodeWorker:
+        return _DecodeWorker(index, self._ctx, self._prewarm, self._max_idle)
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        with self._lock:
+            return [w.process.pid for w in self._workers]
+
+    def open(self, settings: RecognitionSettings) -> RemoteRecognitionSession:
+        with self._lock:
+            if self._closed:
+                raise EngineUnavailable("speech server is shutting down")
+            for worker in self._workers:
+                if not worker.alive and worker.index not in self._respawning:
+                    self._respawning.add(worker.index)
+                    threading.Thread(target=self._replace, args=(worker.index,), daemon=True).start()
+            alive = [w for w in self._workers if w.alive]
+            if not alive:
+                raise EngineUnavailable("no decode worker is running")
+            worker = min(alive, key=lambda w: w.sessions)
+            worker.sessions += 1
+            sid = next(self._ids)
+        try:
+            return RemoteRecognitionSession(self, worker, sid, settings, self._reply_timeout_s)
+        except BaseException:
+            worker.unregister(sid)
+            self.session_closed(worker)
+            raise
+
+    def session_closed(self, worker: _DecodeWorker) -> None:
+        with self._lock:
+            worker.sessions -= 1
+
+    def _replace(self, index: int) -> None:
+        try:
+            worker = self._spawn(index)
+            worker.wait_ready(self._start_timeout_s)
+        except Exception:
+            log.exception("could not restart decode worker %d", index)
+            with self._lock:
+                self._respawning.discard(index)
+            return
+        with self._lock:
+            self._respawning.discard(index)
+            if self._closed:
+                old = None
+            else:
+                old = self._workers[index]
+                self._workers[index] = worker
+        if old is None:
+            worker.stop(1.0)
+        else:
+            old.stop(1.0)
+            log.info("decode worker %d restarted (pid %s)", index, worker.process.pid)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers)
+        for worker in workers:
+            worker.stop(5.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -625,8 +995,14 @@ def _streaming_result(
 class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
     """Riva speech recognition on pocketsphinx."""
 
-    def __init__(self, pool: DecoderPool) -> None:
-        self._pool = pool
+    def __init__(self, engine: RecognitionEngine) -> None:
+        self._engine = engine
+
+    def _open(self, settings: RecognitionSettings, context: grpc.ServicerContext) -> RecognitionSession:
+        try:
+            return self._engine.open(settings)
+        except EngineUnavailable as exc:
+            _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
 
     def StreamingRecognize(  # noqa: N802 (gRPC method name)
         self,
@@ -646,14 +1022,8 @@ class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
             )
         except ConfigError as exc:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
-        decoder = self._pool.acquire()
-        recognizer = UtteranceRecognizer(
-            decoder,
-            settings.endpointing,
-            interim_results=settings.interim_results,
-            word_time_offsets=settings.word_time_offsets,
-        )
+        clock = AudioClock(settings)
+        session = self._open(settings, context)
         try:
             for request in request_iterator:
                 kind = request.WhichOneof("streaming_request")
@@ -665,14 +1035,21 @@ class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
                     )
                 if kind != "audio_content" or not request.audio_content:
                     continue
-                events = recognizer.process(converter.convert(request.audio_content))
+                clock.consume(request.audio_content)
+                try:
+                    events = session.process(request.audio_content)
+                except EngineUnavailable as exc:
+                    _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
                 for event in events:
-                    yield _streaming_result(event, converter.audio_processed_s)
-            for event in recognizer.finish():
-                yield _streaming_result(event, converter.audio_processed_s)
+                    yield _streaming_result(event, clock.seconds)
+            try:
+                events = session.finish()
+            except EngineUnavailable as exc:
+                _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+            for event in events:
+                yield _streaming_result(event, clock.seconds)
         finally:
-            recognizer.abort()
-            self._pool.release(decoder)
+            session.close()
 
     def Recognize(  # noqa: N802
         self, request: riva_asr_pb2.RecognizeRequest, context: grpc.ServicerContext
@@ -681,22 +1058,20 @@ class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
             settings = parse_recognition_config(request.config, interim_results=False)
         except ConfigError as exc:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
-        decoder = self._pool.acquire()
-        recognizer = UtteranceRecognizer(
-            decoder, settings.endpointing, interim_results=False, word_time_offsets=settings.word_time_offsets
-        )
+        clock = AudioClock(settings)
+        clock.consume(request.audio)
+        session = self._open(settings, context)
         try:
-            events = recognizer.process(converter.convert(request.audio))
-            events += recognizer.finish()
+            events = session.process(request.audio) + session.finish()
+        except EngineUnavailable as exc:
+            _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         finally:
-            recognizer.abort()
-            self._pool.release(decoder)
+            session.close()
         response = riva_asr_pb2.RecognizeResponse()
         for event in events:
             if not isinstance(event, FinalHypothesis):
                 continue
-            result = response.results.add(channel_tag=1, audio_processed=converter.audio_processed_s)
+            result = response.results.add(channel_tag=1, audio_processed=clock.seconds)
             alt = result.alternatives.add(transcript=event.transcript, confidence=event.confidence)
             for w in event.words:
                 alt.words.add(start_time=w.start_ms, end_time=w.end_ms, word=w.word, confidence=w.confidence)
@@ -854,12 +1229,20 @@ def _split_listen(listen: str) -> tuple[str, int]:
 class SpeechServer:
     """A running speech server; see :func:`start_speech_server`."""
 
-    def __init__(self, server: grpc.Server, health_servicer: health.HealthServicer, host: str, port: int, pool: DecoderPool) -> None:
+    def __init__(
+        self,
+        server: grpc.Server,
+        health_servicer: health.HealthServicer,
+        engine: RecognitionEngine,
+        host: str,
+        port: int,
+    ) -> None:
         self._server = server
         self._health = health_servicer
+        self.engine = engine
         self.host = host
         self.port = port
-        self.pool = pool
+        self._stop_lock = threading.Lock()
         self._stopped = False
 
     @property
@@ -873,83 +1256,123 @@ class SpeechServer:
         return f"{host}:{self.port}"
 
     def stop(self, grace: float | None = None) -> None:
-        """Stop serving: health turns NOT_SERVING, RPCs get ``grace`` seconds to finish."""
-        if not self._stopped:
+        """Stop serving: health turns NOT_SERVING, RPCs get ``grace`` seconds, workers exit."""
+        with self._stop_lock:
+            first = not self._stopped
             self._stopped = True
+        if first:
             self._health.enter_graceful_shutdown()
         self._server.stop(grace).wait()
+        if first:
+            self.engine.close()
 
     def wait(self) -> None:
         """Block until the server has stopped."""
         self._server.wait_for_termination()
 
 
+def default_decode_processes() -> int:
+    """One decode worker per CPU, at most four."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
 def start_speech_server(
     listen: str = "127.0.0.1:50051",
     max_workers: int = 32,
     *,
+    decode_processes: int | None = None,
     prewarm_decoders: int = 2,
     max_idle_decoders: int = 8,
 ) -> SpeechServer:
-    """Build decoders, load the default voice and start serving on ``listen`` (port 0 = any free port).
+    """Start decode workers, load the default voice and serve on ``listen`` (port 0 = any free port).
 
     ``max_workers`` bounds concurrent RPCs: each open recognition or synthesis stream holds
-    one worker thread. Raises ``RuntimeError`` if the address cannot be bound.
+    one gRPC thread. ``decode_processes`` worker processes decode speech (default: one per
+    CPU, at most 4); 0 decodes in the gRPC threads instead. Each decoding place pre-builds
+    ``prewarm_decoders`` decoders and keeps up to ``max_idle_decoders``. Raises
+    ``RuntimeError`` if the address cannot be bound.
     """
-    host, port = _split_listen(listen)
+    host, _ = _split_listen(listen)
     if max_workers < 1:
         raise ValueError(f"max_workers must be at least 1, got {max_workers}")
-    pool = DecoderPool(max_idle=max_idle_decoders)
-    pool.prewarm(prewarm_decoders)
-    flite.load_voice(flite.DEFAULT_VOICE)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="speech-rpc"),
-        options=[("grpc.so_reuseport", 0)],
-    )
-    riva_asr_pb2_grpc.add_RivaSpeechRecognitionServicer_to_server(RivaAsrServicer(pool), server)
-    riva_tts_pb2_grpc.add_RivaSpeechSynthesisServicer_to_server(RivaTtsServicer(), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    processes = default_decode_processes() if decode_processes is None else decode_processes
+    if processes < 0:
+        raise ValueError(f"decode_processes must be 0 or more, got {processes}")
+    engine: RecognitionEngine
+    if processes == 0:
+        pool = DecoderPool(max_idle=max_idle_decoders)
+        pool.prewarm(prewarm_decoders)
+        engine = LocalRecognitionEngine(pool)
+    else:
+        engine = ProcessRecognitionEngine(
+            processes, prewarm_per_process=prewarm_decoders, max_idle_per_process=max_idle_decoders
+        )
     try:
-        bound = server.add_insecure_port(listen)
-    except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {listen}: {exc}") from exc
-    if not bound:
-        raise RuntimeError(f"cannot listen on {listen}")
-    for name in ("", ASR_SERVICE_NAME, TTS_SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    server.start()
-    return SpeechServer(server, health_servicer, host, bound, pool)
+        flite.load_voice(flite.DEFAULT_VOICE)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="speech-rpc"),
+            options=[("grpc.so_reuseport", 0)],
+        )
+        riva_asr_pb2_grpc.add_RivaSpeechRecognitionServicer_to_server(RivaAsrServicer(engine), server)
+        riva_tts_pb2_grpc.add_RivaSpeechSynthesisServicer_to_server(RivaTtsServicer(), server)
+        health_servicer = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        try:
+            bound = server.add_insecure_port(listen)
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot listen on {listen}: {exc}") from exc
+        if not bound:
+            raise RuntimeError(f"cannot listen on {listen}")
+        for name in ("", ASR_SERVICE_NAME, TTS_SERVICE_NAME):
+            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        server.start()
+    except BaseException:
+        engine.close()
+        raise
+    return SpeechServer(server, health_servicer, engine, host, bound)
 
 
-def run(listen: str, max_workers: int = 32) -> int:
+def run(listen: str, max_workers: int = 32, decode_processes: int | None = None) -> int:
     """Serve on ``listen`` until SIGTERM or SIGINT; print one ``listening`` line; return 0."""
-    server = start_speech_server(listen, max_workers)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    print(f"speech server listening on {server.address}", flush=True)
     try:
-        while not stop.wait(0.5):
-            pass
+        server = start_speech_server(listen, max_workers, decode_processes=decode_processes)
+        print(f"speech server listening on {server.address}", flush=True)
+        try:
+            while not stop.wait(0.5):
+                pass
+        finally:
+            server.stop(grace=1.0)
     finally:
-        server.stop(grace=1.0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.speech_server", description=__doc__.splitlines()[0])
+    """``python -m agent.speech_server [--listen HOST:PORT] [--max-workers N] [--decode-processes N]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m agent.speech_server", description="Riva-compatible speech server (pocketsphinx + flite)."
+    )
     parser.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT to listen on (port 0 = any)")
     parser.add_argument("--max-workers", type=int, default=32, help="concurrent RPC limit (threads)")
+    parser.add_argument(
+        "--decode-processes", type=int, default=None, help="decode worker processes (default: CPUs, max 4; 0 = in-process)"
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    return run(args.listen, args.max_workers)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    return run(args.listen, args.max_workers, args.decode_processes)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run through the package module so spawned decode workers find their target by its real name.
+    from agent.speech_server import main as _package_main
+
+    raise SystemExit(_package_main())

@@ -1,0 +1,119 @@
+"""Tests for in-process flite synthesis (agent.flite) and the PCM helpers (agent.audio_util)."""
+from __future__ import annotations
+
+import array
+import threading
+
+import pytest
+
+from agent import audio_util, flite
+
+
+def _duration_s(pcm: bytes, rate: int) -> float:
+    return len(pcm) / 2 / rate
+
+
+def test_kal16_synthesizes_16k_speech_of_plausible_length() -> None:
+    """The default voice returns 16 kHz pcm16 whose length fits a three-word phrase and is not silent."""
+    pcm, rate = flite.synthesize("Check my balance.")
+    assert rate == 16000
+    assert len(pcm) % 2 == 0
+    assert 0.6 < _duration_s(pcm, rate) < 4.0
+    assert audio_util.rms_dbfs(pcm) > -40.0
+
+
+@pytest.mark.parametrize(("voice", "rate"), [("kal", 8000), ("rms", 16000), ("awb", 16000), ("slt", 16000)])
+def test_every_voice_loads_and_reports_its_native_rate(voice: str, rate: int) -> None:
+    """Each supported voice registers and reports its own sample rate (kal is the 8 kHz one)."""
+    pcm, got_rate = flite.synthesize("Hello there.", voice)
+    assert got_rate == rate
+    assert 0.3 < _duration_s(pcm, got_rate) < 3.0
+
+
+def test_longer_text_gives_longer_audio() -> None:
+    """Audio length follows the text: a long sentence is several times longer than one word."""
+    short, rate = flite.synthesize("Yes.")
+    long, _ = flite.synthesize("I would like to speak to somebody about the payment that was declined yesterday.")
+    assert _duration_s(long, rate) > 3 * _duration_s(short, rate)
+
+
+def test_unknown_voice_is_a_value_error_naming_it() -> None:
+    """An unknown voice is rejected with a message that names it and lists the known ones."""
+    with pytest.raises(ValueError, match=r"unknown flite voice 'bogus'.*kal16"):
+        flite.synthesize("hello", "bogus")
+
+
+def test_non_ascii_text_is_folded_not_rejected() -> None:
+    """Accents and typographic quotes are folded to ASCII instead of failing or going silent."""
+    pcm, rate = flite.synthesize("Caf\u00e9 \u201cclosed\u201d, isn\u2019t it?")
+    assert _duration_s(pcm, rate) > 0.5
+
+
+def test_concurrent_calls_are_serialised_and_deterministic() -> None:
+    """Parallel callers get exactly the audio a lone caller gets (flite's global state is locked)."""
+    texts = ["Check my balance.", "Transfer me to an agent.", "Pay my bill.", "Goodbye."]
+    expected = {t: flite.synthesize(t)[0] for t in texts}
+    results: dict[tuple[int, str], bytes] = {}
+
+    def work(worker: int) -> None:
+        for _ in range(5):
+            for text in texts:
+                results[(worker, text)] = flite.synthesize(text)[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(results) == 4 * len(texts)
+    for (_, text), pcm in results.items():
+        assert pcm == expected[text]
+
+
+def test_resample_changes_length_by_the_rate_ratio() -> None:
+    """Resampling 16 kHz to 8 kHz halves the sample count; 8 kHz to 16 kHz doubles it."""
+    pcm, _ = flite.synthesize("Check my balance.")
+    down = audio_util.resample(pcm, 16000, 8000)
+    assert abs(len(down) / 2 - len(pcm) / 4) <= 2
+    up = audio_util.resample(down, 8000, 16000)
+    assert abs(len(up) - len(down) * 2) <= 4
+
+
+def test_stream_resampler_in_chunks_matches_whole_signal() -> None:
+    """Resampling 20 ms chunks (including odd-sized ones) gives the same samples as one call."""
+    pcm, _ = flite.synthesize("Check my balance.")
+    pcm8 = audio_util.resample(pcm, 16000, 8000)
+    whole = audio_util.resample(pcm8, 8000, 16000)
+    resampler = audio_util.StreamResampler(8000, 16000)
+    sizes = [320, 321, 319, 160]
+    out = bytearray()
+    pos = 0
+    i = 0
+    while pos < len(pcm8):
+        size = sizes[i % len(sizes)]
+        out += resampler.process(pcm8[pos : pos + size])
+        pos += size
+        i += 1
+    assert bytes(out) == whole
+
+
+def test_resample_rejects_odd_length_and_bad_rates() -> None:
+    """Invalid input is a ValueError with the reason, not silently truncated audio."""
+    with pytest.raises(ValueError, match="even"):
+        audio_util.resample(b"\x00\x01\x02", 8000, 16000)
+    with pytest.raises(ValueError, match="positive"):
+        audio_util.resample(b"\x00\x00", 0, 16000)
+
+
+def test_g711_round_trip_stays_close() -> None:
+    """mu-law and A-law encode/decode keep a speech-level signal within G.711's error."""
+    samples = array.array("h", [int(8000 * ((i % 40) - 20) / 20) for i in range(800)]).tobytes()
+    for encode, decode in (
+        (audio_util.pcm16_to_ulaw, audio_util.ulaw_to_pcm16),
+        (audio_util.pcm16_to_alaw, audio_util.alaw_to_pcm16),
+    ):
+        coded = encode(samples)
+        assert len(coded) == len(samples) // 2
+        back = array.array("h", decode(coded))
+        orig = array.array("h", samples)
+        assert max(abs(a - b) for a, b in zip(orig, back)) < 300
