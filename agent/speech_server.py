@@ -1340,12 +1340,16 @@ def run(listen: str, max_workers: int = 32, decode_processes: int | None = None)
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # Started by `openclaw-voice serve`: exit with the parent even if it was killed outright.
+    parent = int(os.environ.get("OPENCLAW_PARENT_PID", "0") or 0)
     try:
         server = start_speech_server(listen, max_workers, decode_processes=decode_processes)
         print(f"speech server listening on {server.address}", flush=True)
         try:
             while not stop.wait(0.5):
-                pass
+                if parent and os.getppid() != parent:
+                    print("parent process gone; stopping", flush=True)
+                    break
         finally:
             server.stop(grace=1.0)
     finally:
