@@ -5,6 +5,7 @@ Sub-commands:
   speech-server   run the embedded Riva-compatible speech server alone
   call            place a test call and report what the agent said and how fast
   dialplan check  validate dialplan files
+  dialplan simulate  run a dialplan flow in the terminal, or scripted for CI
 """
 from __future__ import annotations
 
@@ -57,10 +58,37 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--speech-uri", help="speech server for synthesis/transcription (default: embedded)")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    lr = sub.add_parser("latency-report", help="turn and barge-in latency from a packet capture")
+    lr.add_argument("capture", help="classic pcap with SIP and RTP (dumpcap -P / tshark -F pcap)")
+    lr.add_argument("--png", help="also draw histograms to this PNG file")
+    lr.add_argument("--json", action="store_true", help="print the summary as JSON")
+    lr.add_argument("--voiced-dbfs", type=float, default=-40.0, help="level above which a packet is voiced")
+    lr.add_argument("--caller-gap-ms", type=float, default=700.0,
+                    help="caller pauses shorter than this stay inside one turn")
+
     d = sub.add_parser("dialplan", help="dialplan tools")
     dsub = d.add_subparsers(dest="dialplan_command", required=True)
-    dc = dsub.add_parser("check", help="validate dialplan files")
-    dc.add_argument("paths", nargs="+")
+    dc = dsub.add_parser("check", help="validate dialplan files (structure, references, prompts)")
+    dc.add_argument("paths", nargs="+", metavar="PATH",
+                    help="dialplan files; several are checked together as one dialplan")
+    dc.add_argument("--each", action="store_true", help="check each file on its own")
+    dsim = dsub.add_parser("simulate", help="run a dialplan in the terminal or from a script",
+                           description="Type what the caller says; '#1' presses a key, an empty "
+                                       "line is silence, /vars shows variables, /quit ends.")
+    dsim.add_argument("paths", nargs="*", metavar="PATH",
+                      help="dialplan files (a script may name its own with 'dialplan:')")
+    dsim.add_argument("--number", default="1000", help="called number (default 1000)")
+    dsim.add_argument("--caller", default="+15550000000", help="calling number")
+    dsim.add_argument("--script", metavar="FILE", help="run the scenarios of a YAML script and "
+                      "check the replies (exit status 1 on a mismatch)")
+    dsim.add_argument("--webhooks", metavar="real|FILE",
+                      help="call webhooks for real, or answer them from a mock file")
+    dsim.add_argument("--now", metavar="ISO8601", help="the simulated time, e.g. 2025-03-04T10:00:00-05:00")
+    dsim.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
+                      help="set a call variable, e.g. config.transfer_uri=sip:agent@pbx (repeatable)")
+    dsim.add_argument("--transfer", default="succeed", metavar="succeed|REASON",
+                      help="outcome of transfers (default succeed; else the failure reason)")
+    dsim.add_argument("--model-reply", metavar="TEXT", help="what the dialogue model answers")
     return p
 
 
@@ -78,24 +106,80 @@ def main(argv: list[str] | None = None) -> int:
         from agent.caller import main_call
 
         return main_call(args)
+    if args.command == "latency-report":
+        from agent.latency_report import main_report
+
+        return main_report(args)
     if args.command == "dialplan":
-        return _dialplan_check(args.paths)
+        if args.dialplan_command == "simulate":
+            return _dialplan_simulate(args)
+        return _dialplan_check(args.paths, each=args.each)
     return 2
 
 
-def _dialplan_check(paths: list[str]) -> int:
-    from agent.dialplan import DialplanError, load_dialplan
+def _dialplan_check(paths: list[str], each: bool = False) -> int:
+    """Validate *paths* together (or each alone): every problem as file:line:column: message."""
+    from agent.dialplan import DialplanError, load_dialplans
 
+    groups = [[path] for path in paths] if each else [paths]
     status = 0
-    for path in paths:
+    for group in groups:
         try:
-            load_dialplan(path)
+            plan = load_dialplans(group)
         except DialplanError as e:
             print(str(e), file=sys.stderr)
+            count = len(e.errors)
+            print(f"{', '.join(group)}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
             status = 1
         else:
-            print(f"{path}: ok")
+            flows = len(plan.flows)
+            steps = sum(len(flow.steps) for flow in plan.flows.values())
+            print(f"{', '.join(group)}: ok ({len(plan.routes)} routes, {flows} flows, "
+                  f"{steps} steps; version {plan.digest})")
     return status
+
+
+def _dialplan_simulate(args: argparse.Namespace) -> int:
+    """Run a flow interactively (stdin) or the scenarios of --script."""
+    from agent.dialplan import DialplanError, load_dialplans
+    from agent.simulator import RealWebhooks, SimulatedCall, parse_now, run_interactive, run_script
+    from agent.webhook import MockWebhooks
+
+    variables: dict[str, str] = {}
+    for item in args.var:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            print(f"simulate: expected --var NAME=VALUE, found {item!r}", file=sys.stderr)
+            return 2
+        variables[name.strip()] = value
+    if args.script:
+        return run_script(args.paths, args.script, webhooks=args.webhooks, now=args.now,
+                          variables=variables)
+    if not args.paths:
+        print("simulate: give the dialplan file(s), or --script", file=sys.stderr)
+        return 2
+    try:
+        plan = load_dialplans(args.paths)
+        now = parse_now(args.now) if args.now else None
+        executor = None
+        if args.webhooks == "real":
+            executor = RealWebhooks()
+        elif args.webhooks:
+            executor = MockWebhooks.from_file(args.webhooks)
+    except DialplanError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as e:
+        print(f"simulate: {e}", file=sys.stderr)
+        return 2
+    kwargs = {"webhooks": executor} if executor is not None else {}
+    call = SimulatedCall(plan, number=args.number, caller=args.caller, now=now, variables=variables,
+                         transfer=args.transfer, model_reply=args.model_reply, **kwargs)
+    try:
+        return run_interactive(call)
+    finally:
+        if isinstance(executor, RealWebhooks):
+            executor.close()
 
 
 if __name__ == "__main__":
