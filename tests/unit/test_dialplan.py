@@ -133,10 +133,10 @@ def test_settings_inherit_from_file_to_flow_to_step(tmp_path: Path) -> None:
     )
     flow = load_dialplan(path).flow("main")
     assert flow.step("a").settings == Settings(
-        voice="rms", barge_in=False, no_input_timeout_ms=7000
+        voice="rms", barge_in=False, no_input_timeout_ms=7000, dtmf_barge_in=False
     )
     assert flow.step("b").settings == Settings(
-        voice="awb", barge_in=False, no_input_timeout_ms=7000
+        voice="awb", barge_in=False, no_input_timeout_ms=7000, dtmf_barge_in=False
     )
 
 
@@ -212,8 +212,10 @@ ERROR_CASES = [
         """,
         [
             "6:9: unknown key 'sayy' in a step; expected one of: id, settings, next, say, ask, "
-            "transfer, hangup (did you mean 'say'?)",
-            "6:9: expected the step to have one of: say, ask, transfer, hangup",
+            "set, branch, webhook, hours, transfer, queue, goto, return, hangup, record, model "
+            "(did you mean 'say'?)",
+            "6:9: expected the step to have one of: say, ask, set, branch, webhook, hours, "
+            "transfer, queue, goto, return, hangup, record, model",
         ],
         id="unknown-key",
     ),
@@ -349,11 +351,11 @@ ERROR_CASES = [
         flows:
           main:
             steps:
-              - say: "Hello {{ name }}, {{ config }} and {{ caller | upper }}"
+              - say: "Hello {{ caller | shout }}"
         """,
         [
-            "6:50: in 'say': expected a variable name inside '{{ }}' such as '{{ caller }}' or "
-            "'{{ config.transfer_uri }}', found '{{ caller | upper }}'",
+            "6:33: in 'say': unknown filter 'shout' at character 19; expected one of: default, "
+            "upper, lower, title, trim, digits, round, date, weekday, time",
         ],
         id="template-syntax",
     ),
@@ -367,10 +369,10 @@ ERROR_CASES = [
               - say: "Hello {{ name }} via {{ config }}"
         """,
         [
-            "6:21: in 'say': unknown variable 'name'; expected one of: caller, called, call_id, "
-            "region, config.<key>",
-            "6:36: in 'say': expected 'config.<key>', found 'config' alone; variables are: "
-            "caller, called, call_id, region, config.<key>",
+            "6:24: in 'say': unknown variable 'name'; no step sets it and it is not a call "
+            "variable (caller, called, call_id, region, now.<part>, intent, input, ...) or "
+            "config.<key>",
+            "6:39: in 'say': expected 'config.<key>', found 'config' alone",
         ],
         id="unknown-variable",
     ),
@@ -502,10 +504,10 @@ def test_broken_step_does_not_cascade_into_unknown_target_errors(tmp_path: Path)
                 say: "hi"
                 next: broken
               - id: broken
-                say: {text: "oops"}
+                say: ["oops"]
         """,
     )
-    assert str(error) == f"{path}:10:14: expected 'say' (a string), found a mapping"
+    assert str(error) == f"{path}:10:14: expected 'say' (a string), found a list"
 
 
 def test_dialplan_without_routes_is_an_error(tmp_path: Path) -> None:
@@ -561,13 +563,13 @@ def test_load_dialplans_rejects_duplicate_flow_across_files(tmp_path: Path) -> N
     """The same flow name in two files is an error pointing at both definitions."""
     text = """\
         version: 1
-        routes: [{flow: main}]
+        routes: [{number: "%s", flow: main}]
         flows:
           main:
             steps: [{say: "Hi"}]
         """
-    first = write(tmp_path, text, "a.yaml")
-    second = write(tmp_path, text, "b.yaml")
+    first = write(tmp_path, text % "100", "a.yaml")
+    second = write(tmp_path, text % "200", "b.yaml")
     with pytest.raises(DialplanError) as info:
         load_dialplans([first, second])
     assert str(info.value) == f"{second}:4:3: duplicate flow 'main'; first defined at {first}:4:3"

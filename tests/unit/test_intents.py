@@ -228,3 +228,114 @@ def test_token_similarity_is_tolerant_but_not_blind() -> None:
     assert token_similarity("weather", "three") < 0.68
     assert token_similarity("address", "hours") < 0.68
     assert token_similarity("new", "one") < 0.6
+
+
+# --------------------------------------------------------------------------- slots and synonyms
+
+from datetime import date  # noqa: E402
+
+from agent.intents import (  # noqa: E402
+    expand_synonyms,
+    parse_date,
+    parse_digits,
+    parse_number,
+    parse_slot,
+    parse_time,
+    parse_yes_no,
+    strip_slot_words,
+)
+
+TUESDAY = date(2025, 3, 4)
+
+
+@pytest.mark.parametrize(
+    ("text", "digits"),
+    [
+        ("one two three four", "1234"),
+        ("my account number is 1234 5678", "12345678"),
+        ("double five oh one", "5501"),
+        ("four for two", "442"),
+        ("talk to an agent", None),
+        ("", None),
+    ],
+)
+def test_parse_digits_reads_spoken_and_written_digits(text: str, digits: str | None) -> None:
+    """Digit runs come from words, numerals, 'oh' and 'double'; sound-alikes only within runs."""
+    assert parse_digits(text) == digits
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("one hundred and twenty three", 123), ("42", 42), ("two thousand five", 2005),
+     ("a hundred", 100), ("seven eight nine", 789), ("none at all", None)],
+)
+def test_parse_number_reads_number_words(text: str, number: int | None) -> None:
+    """Whole numbers in words or numerals; digit sequences read as one number."""
+    assert parse_number(text) == number
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [("yes please", "yes"), ("yeah", "yes"), ("that's correct", "yes"), ("no thanks", "no"),
+     ("that is not right", "no"), ("maybe", None)],
+)
+def test_parse_yes_no_lets_negation_win(text: str, answer: str | None) -> None:
+    """Yes words mean yes unless a negation is present."""
+    assert parse_yes_no(text) == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "day"),
+    [
+        ("today", date(2025, 3, 4)),
+        ("tomorrow", date(2025, 3, 5)),
+        ("the day after tomorrow", date(2025, 3, 6)),
+        ("friday", date(2025, 3, 7)),
+        ("next tuesday", date(2025, 3, 11)),
+        ("march fifth", date(2025, 3, 5)),
+        ("on the twenty first of march", date(2025, 3, 21)),
+        ("march 1st", date(2026, 3, 1)),
+        ("3/10", date(2025, 3, 10)),
+        ("2025-12-25", date(2025, 12, 25)),
+        ("1225", date(2025, 12, 25)),
+        ("february thirtieth", None),
+        ("whenever", None),
+    ],
+)
+def test_parse_date_relative_to_today(text: str, day: date | None) -> None:
+    """Relative days, weekdays (the next one), month and day (next occurrence), ISO and keypad."""
+    assert parse_date(text, TUESDAY) == day
+
+
+@pytest.mark.parametrize(
+    ("text", "clock"),
+    [("10 am", "10:00"), ("3:30 pm", "15:30"), ("three thirty", "15:30"), ("at nine", "09:00"),
+     ("half past two", "14:30"), ("quarter to five", "16:45"), ("noon", "12:00"),
+     ("1530", "15:30"), ("twelve am", "00:00"), ("nine in the morning", "09:00"),
+     ("whenever", None)],
+)
+def test_parse_time_assumes_afternoon_for_small_hours(text: str, clock: str | None) -> None:
+    """Times with am/pm, words or keypad digits; 1 to 7 without am/pm are afternoon."""
+    assert parse_time(text) == clock
+
+
+def test_parse_slot_dispatches_and_rejects_unknown_types() -> None:
+    """parse_slot returns text values per type and refuses an unknown type."""
+    assert parse_slot("number", "twelve", TUESDAY) == "12"
+    assert parse_slot("date", "tomorrow", TUESDAY) == "2025-03-05"
+    assert parse_slot("text", "  Ann  ", TUESDAY) == "Ann"
+    with pytest.raises(ValueError):
+        parse_slot("colour", "red", TUESDAY)
+
+
+def test_expand_synonyms_substitutes_whole_words() -> None:
+    """Each synonym yields a copy of the example with the word replaced; parts of words do not."""
+    assert expand_synonyms(["check my balance", "balances"], {"balance": ["funds"]}) == [
+        "check my balance", "balances", "check my funds"
+    ]
+
+
+def test_strip_slot_words_leaves_the_request() -> None:
+    """Slot value words are removed so the request itself can be matched."""
+    assert strip_slot_words("book an appointment tomorrow at 3 pm", ["date", "time"]) == \
+        "book an appointment at"
