@@ -47,8 +47,8 @@ class MediaSettings:
     jb_max_ms: int = -1
     #: voiced audio that counts as the caller starting to speak (and interrupting)
     speech_start_ms: int = 120
-    #: trailing silence that ends the caller's speech
-    speech_end_ms: int = 300
+    #: silence that counts as a gap in the caller's speech (the endpointer decides what it means)
+    speech_end_ms: int = 40
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,17 @@ class SpeechSettings:
     regions: tuple[RegionSettings, ...] = ()
     voice: str = "kal16"
     #: trailing silence (ms) after which the recogniser finalises an utterance
-    stop_history_ms: int = 500
+    stop_history_ms: int = 300
+
+
+@dataclass(frozen=True)
+class EndpointingSettings:
+    #: silence that ends a turn whose words already complete a request of the dialogue
+    complete_silence_ms: int = 60
+    #: silence that ends any other turn
+    incomplete_silence_ms: int = 800
+    #: silence that ends a turn ending like an unfinished phrase ("I would like to")
+    continuation_silence_ms: int = 1400
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,7 @@ class ServerConfig:
     media: MediaSettings = field(default_factory=MediaSettings)
     speech: SpeechSettings = field(default_factory=SpeechSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    endpointing: EndpointingSettings = field(default_factory=EndpointingSettings)
     dialplans: tuple[str, ...] = (DEFAULT_DIALPLAN,)
     #: where "talk to a person" transfers go (blind transfer with REFER)
     transfer_uri: str = "sip:agents@127.0.0.1:5070"
@@ -162,7 +173,8 @@ def load_config(path: str | None) -> ServerConfig:
     root = load(path)
     errors: list[tuple[Mark, str]] = []
     top = _Reader(root, "config", errors)
-    top.check_keys(("sip", "media", "speech", "metrics", "dialplans", "transfer_uri", "call_records", "variables"))
+    top.check_keys(("sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
+                    "variables"))
     base = os.path.dirname(os.path.abspath(path))
 
     sip = SipSettings()
@@ -230,6 +242,15 @@ def load_config(path: str | None) -> ServerConfig:
         r.check_keys(("host", "port"))
         metrics = MetricsSettings(host=r.get("host", str, metrics.host), port=r.get("port", int, metrics.port, _port))
 
+    endpointing = EndpointingSettings()
+    if (r := top.sub("endpointing")) is not None:
+        r.check_keys(("complete_silence_ms", "incomplete_silence_ms", "continuation_silence_ms"))
+        endpointing = EndpointingSettings(
+            complete_silence_ms=r.get("complete_silence_ms", int, endpointing.complete_silence_ms, _positive),
+            incomplete_silence_ms=r.get("incomplete_silence_ms", int, endpointing.incomplete_silence_ms, _positive),
+            continuation_silence_ms=r.get("continuation_silence_ms", int, endpointing.continuation_silence_ms,
+                                          _positive))
+
     dialplans = tuple(os.path.join(base, p) for p in top.strings("dialplans", ())) or (DEFAULT_DIALPLAN,)
     variables: tuple[tuple[str, str], ...] = ()
     if (r := top.sub("variables")) is not None:
@@ -237,6 +258,7 @@ def load_config(path: str | None) -> ServerConfig:
     call_records = top.get("call_records", str, ServerConfig.call_records)
     if errors:
         raise ConfigError(errors)
-    return ServerConfig(sip=sip, media=media, speech=speech, metrics=metrics, dialplans=dialplans,
+    return ServerConfig(sip=sip, media=media, speech=speech, metrics=metrics, endpointing=endpointing,
+                        dialplans=dialplans,
                         transfer_uri=top.get("transfer_uri", str, ServerConfig.transfer_uri),
                         call_records=call_records, variables=variables)

@@ -1,61 +1,100 @@
 """``openclaw-voice latency-report CAPTURE.pcap``: turn-taking figures from the wire.
 
 Reads a classic pcap of SIP and RTP (``dumpcap -P -i lo -f udp``), finds each
-call's media from the SDP of its INVITE and 200 OK, classifies every G.711
-packet as voiced or not, and prints per call and turn the turn latency,
-barge-in latency and cut-ins, then p50/p95/p99. See docs/latency.md.
+call's media from the SDP of its INVITE and 200 OK (SIPp's and pjsua's alike),
+classifies every G.711 packet (payload type 0 or 8) as voiced or not, and
+prints per call and turn the turn latency, barge-in latency and cut-ins, then
+p50/p95/p99. See docs/latency.md.
+
+The same functions are the bench's API (``ops/bench/turn-latency``):
+:func:`read_capture` and :func:`call_timelines` give, per call, the caller's
+packet times and both sides' voiced packet times, which
+:func:`media.latency.score_items` scores against the corpus ground truth.
 """
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
-from media.latency import CallTimeline, analyse, percentile, sip_calls, voiced_times
-from media.pcap import RtpStream, parse_rtp, read_udp
+from media.latency import (
+    AGENT_GAP_MS, CALLER_GAP_MS, VOICED_DBFS, CallTimeline, analyse, g711_times, percentile, sip_calls,
+    voiced_times,
+)
+from media.pcap import RtpStream, UdpPacket, parse_rtp, read_udp
+
+#: RTP this long after a call's BYE still belongs to it (packets in flight)
+_AFTER_BYE_S = 1.0
 
 
-def timelines(path: str, *, voiced_dbfs: float = -40.0, caller_gap_ms: float = 700.0,
-              agent_gap_ms: float = 250.0) -> list[CallTimeline]:
+def read_capture(path: str) -> list[UdpPacket]:
+    """Every UDP datagram of a classic pcap file (ValueError on a bad file)."""
     with open(path, "rb") as f:
-        packets = list(read_udp(f))
-    calls = sip_calls(packets)
-    by_port: dict[tuple[int, int], RtpStream] = {}
+        return list(read_udp(f))
+
+
+def call_timelines(packets: list[UdpPacket], *, voiced_dbfs: float = VOICED_DBFS,
+                   caller_gap_ms: float = CALLER_GAP_MS, agent_gap_ms: float = AGENT_GAP_MS) -> list[CallTimeline]:
+    """One analysed timeline per call that has SIP (offer and answer) and G.711 RTP both ways.
+
+    A call's RTP is the packets between its media ports (from the SDP), sent
+    after its INVITE and before its BYE (plus a second), so ports reused by a
+    later call do not mix two calls. Calls are ordered by their INVITE.
+    """
+    calls = sorted(sip_calls(packets).values(), key=lambda c: c.started_s or 0.0)
+    rtp_by_ports: dict[tuple[int, int], list[tuple[UdpPacket, Any]]] = {}
     for p in packets:
         rtp = parse_rtp(p.at_s, p.payload)
-        if rtp is None:
-            continue
-        key = (p.sport, p.dport)
-        stream = by_port.get(key)
-        if stream is None:
-            stream = by_port[key] = RtpStream(p.src, p.sport, p.dst, p.dport, rtp.ssrc)
-        stream.packets.append(rtp)
+        if rtp is not None:
+            rtp_by_ports.setdefault((p.sport, p.dport), []).append((p, rtp))
     out = []
-    for call in calls.values():
+    for call in calls:
         if call.caller is None or call.agent is None:
             continue
+        start = call.started_s if call.started_s is not None else -math.inf
+        end = call.ended_s + _AFTER_BYE_S if call.ended_s is not None else math.inf
         cport, aport = call.caller[1], call.agent[1]
-        from_caller = by_port.get((cport, aport))
-        to_caller = by_port.get((aport, cport))
-        if from_caller is None or to_caller is None:
+        streams = []
+        for key in ((cport, aport), (aport, cport)):
+            pkts = [(u, r) for u, r in rtp_by_ports.get(key, []) if start <= u.at_s <= end]
+            if not pkts:
+                break
+            u0 = pkts[0][0]
+            streams.append(RtpStream(u0.src, u0.sport, u0.dst, u0.dport, pkts[0][1].ssrc, [r for _, r in pkts]))
+        if len(streams) != 2:
             continue
-        out.append(analyse(call.call_id, voiced_times(from_caller, voiced_dbfs), voiced_times(to_caller, voiced_dbfs),
-                           caller_gap_ms=caller_gap_ms, agent_gap_ms=agent_gap_ms))
-    out.sort(key=lambda t: (t.caller[0].start_s if t.caller else 0.0))
+        from_caller, to_caller = streams
+        tl = analyse(call.call_id, voiced_times(from_caller, voiced_dbfs), voiced_times(to_caller, voiced_dbfs),
+                     caller_gap_ms=caller_gap_ms, agent_gap_ms=agent_gap_ms)
+        tl.caller_packets = g711_times(from_caller)
+        out.append(tl)
     return out
+
+
+def timelines(path: str, *, voiced_dbfs: float = VOICED_DBFS, caller_gap_ms: float = CALLER_GAP_MS,
+              agent_gap_ms: float = AGENT_GAP_MS) -> list[CallTimeline]:
+    """:func:`call_timelines` of a capture file."""
+    return call_timelines(read_capture(path), voiced_dbfs=voiced_dbfs, caller_gap_ms=caller_gap_ms,
+                          agent_gap_ms=agent_gap_ms)
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    """n, p50/p95/p99 (nearest rank), min and max of a non-empty list, in its unit."""
+    return {"n": len(values), "p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1),
+            "p99": round(percentile(values, 99), 1), "min": round(min(values), 1), "max": round(max(values), 1)}
 
 
 def summary(tls: list[CallTimeline]) -> dict[str, Any]:
     turns = [e.latency_ms for t in tls for e in t.events if e.kind == "turn"]
     barge = [e.latency_ms for t in tls for e in t.events if e.kind == "barge_in"]
     cut_ins = [e for t in tls for e in t.events if e.kind == "cut_in"]
+    talk_overs = [e for t in tls for e in t.events if e.kind == "talk_over"]
     out: dict[str, Any] = {"calls": len(tls), "turns": len(turns), "cut_ins": len(cut_ins),
-                           "barge_ins": len(barge)}
+                           "barge_ins": len(barge), "talk_overs": len(talk_overs)}
     for name, values in (("turn_latency_ms", turns), ("barge_in_latency_ms", barge)):
         if values:
-            out[name] = {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1),
-                         "p99": round(percentile(values, 99), 1), "min": round(min(values), 1),
-                         "max": round(max(values), 1)}
+            out[name] = stats(values)
     return out
 
 
@@ -67,7 +106,8 @@ def format_report(tls: list[CallTimeline]) -> str:
         for e in t.events:
             lines.append(f"  {e.at_s - t0:8.3f} s  {e.kind:<9} {e.latency_ms:8.1f} ms  {e.detail}")
     s = summary(tls)
-    lines.append(f"{s['calls']} calls, {s['turns']} turns, {s['cut_ins']} cut-ins, {s['barge_ins']} barge-ins")
+    lines.append(f"{s['calls']} calls, {s['turns']} turns, {s['cut_ins']} cut-ins, {s['barge_ins']} barge-ins "
+                 f"({s['talk_overs']} of them talked through)")
     for name in ("turn_latency_ms", "barge_in_latency_ms"):
         if name in s:
             v = s[name]
@@ -76,14 +116,18 @@ def format_report(tls: list[CallTimeline]) -> str:
     return "\n".join(lines)
 
 
-def draw_png(tls: list[CallTimeline], path: str) -> None:
+def draw_png(tls: list[CallTimeline], path: str, *, turns: list[float] | None = None,
+             barge: list[float] | None = None) -> None:
+    """Histograms of turn and barge-in latency with p50/p95/p99 lines (values default to the wire-only events)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    turns = [e.latency_ms for t in tls for e in t.events if e.kind == "turn"]
-    barge = [e.latency_ms for t in tls for e in t.events if e.kind == "barge_in"]
+    if turns is None:
+        turns = [e.latency_ms for t in tls for e in t.events if e.kind == "turn"]
+    if barge is None:
+        barge = [e.latency_ms for t in tls for e in t.events if e.kind == "barge_in"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, values, title in ((axes[0], turns, "turn latency"), (axes[1], barge, "barge-in latency")):
         if values:
@@ -100,7 +144,8 @@ def draw_png(tls: list[CallTimeline], path: str) -> None:
 
 def main_report(args: Any) -> int:
     try:
-        tls = timelines(args.capture, voiced_dbfs=args.voiced_dbfs, caller_gap_ms=args.caller_gap_ms)
+        tls = timelines(args.capture, voiced_dbfs=args.voiced_dbfs, caller_gap_ms=args.caller_gap_ms,
+                        agent_gap_ms=getattr(args, "agent_gap_ms", None) or AGENT_GAP_MS)
     except (OSError, ValueError) as e:
         print(f"latency-report: {args.capture}: {e}", file=sys.stderr)
         return 2

@@ -27,6 +27,22 @@ class AgentMetrics:
             "openclaw_turn_latency_seconds",
             "Server-side estimate: caller's last voiced frame to the agent's first reply frame",
             ["trigger"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.endpoint_silence = Histogram(
+            "openclaw_endpoint_silence_seconds", "Silence after the caller's speech before the turn was taken",
+            ["reason"], buckets=(0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0), registry=r)
+        self.asr_final_lag = Histogram(
+            "openclaw_asr_final_lag_seconds", "End of the caller's speech to the recogniser's final result",
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.dialogue_step = Histogram("openclaw_dialogue_step_seconds", "Time to run one dialogue step",
+                                       buckets=_FRAME_BUCKETS, registry=r)
+        self.tts_first_audio = Histogram("openclaw_tts_first_audio_seconds",
+                                         "Streamed synthesis: request to first audio", buckets=_LATENCY_BUCKETS,
+                                         registry=r)
+        self.reply_start = Histogram("openclaw_reply_start_seconds",
+                                     "Turn taken to the reply's first frame handed to the media bridge",
+                                     buckets=_FRAME_BUCKETS + (0.1, 0.2, 0.5), registry=r)
+        self.cut_ins = Counter("openclaw_cut_ins_total",
+                               "Turns the caller went on talking after the agent had taken them", registry=r)
         self.barge_ins = Counter("openclaw_barge_ins_total", "Agent prompts interrupted by the caller", registry=r)
         self.media_frame_work = Histogram("openclaw_media_frame_work_seconds",
                                           "Work per received frame on the media clock thread",

@@ -26,9 +26,11 @@ from twisted.web.server import Site
 from agent.config import ServerConfig
 from agent.dialogue import DialogueSession
 from agent.dialplan import Dialplan, load_dialplans, static_prompts
+from agent.endpointer import EndpointerConfig
 from agent.metrics import AgentMetrics
 from agent.session import CallSession, SessionSettings
 from agent.speech import SpeechClient
+from media.trim import trim_silence
 from media.vad import VadConfig
 from sip.message import SipRequest
 from sip.pjsua import PJSUA_MAX_CALLS, RegistrationConfig, Rejection, SipCall, SipConfig, SipStack
@@ -46,7 +48,8 @@ class PromptAudioCache:
         return self._audio.get((text, voice))
 
     def put(self, text: str, voice: str, pcm: bytes) -> None:
-        self._audio[(text, voice)] = pcm
+        """Keep *pcm* without the synthesiser's leading silence (it would add to every turn)."""
+        self._audio[(text, voice)] = trim_silence(pcm)
 
     def __len__(self) -> int:
         return len(self._audio)
@@ -276,7 +279,11 @@ class AgentServer:
         settings = SessionSettings(
             frame_ms=self.config.media.frame_ms,
             vad=VadConfig(start_ms=self.config.media.speech_start_ms, end_ms=self.config.media.speech_end_ms),
-            stop_history_ms=self.config.speech.stop_history_ms)
+            stop_history_ms=self.config.speech.stop_history_ms,
+            endpointer=EndpointerConfig(
+                complete_silence_ms=self.config.endpointing.complete_silence_ms,
+                incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,
+                continuation_silence_ms=self.config.endpointing.continuation_silence_ms))
         assert self.speech is not None
         session = CallSession(cid, dialogue, self.speech, _Control(call), self.reactor, prompts=self.prompts,
                               metrics=self.metrics, settings=settings, on_ended=self._session_ended)

@@ -28,9 +28,11 @@ from twisted.logger import Logger
 
 from agent.dialogue import Action, DialogueSession, Hangup, Listen, Say, Transfer
 from agent.audio_util import StreamResampler
+from agent.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer
 from agent.metrics import AgentMetrics
 from media.frames import SAMPLE_RATE_HZ, duration_ms
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
+from media.trim import LeadingSilenceGate
 from media.vad import EnergyVad, VadConfig, VadEvent, VadEventType
 
 log = Logger(namespace="openclaw.session")
@@ -91,14 +93,18 @@ class SessionSettings:
     frame_ms: int = 10
     sample_rate_hz: int = SAMPLE_RATE_HZ
     vad: VadConfig = field(default_factory=VadConfig)
-    stop_history_ms: int = 500
+    stop_history_ms: int = 300
     asr_reopen_limit: int = 3
+    endpointer: EndpointerConfig = field(default_factory=EndpointerConfig)
+    #: an intent match this sure counts as a complete request for endpointing (the dialogue
+    #: itself accepts weaker matches once the turn is over)
+    complete_min_score: float = 0.9
 
 
 class MediaPipeline:
     """Per-frame work on the clock thread: VAD, then a non-blocking ASR push."""
 
-    def __init__(self, reactor: Reactor, vad: EnergyVad, on_vad: Callable[[list[VadEvent], float], None],
+    def __init__(self, reactor: Reactor, vad: EnergyVad, on_vad: Callable[[list[tuple[VadEvent, float]]], None],
                  metrics: AgentMetrics | None, frame_ms: int,
                  perf_counter: Callable[[], float] = time.perf_counter,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -129,7 +135,9 @@ class MediaPipeline:
             resampler = self.asr_resampler
             asr.push_audio(resampler.process(pcm) if resampler is not None else pcm)
         if events:
-            self._reactor.callFromThread(self._on_vad, events, now - (self._vad.now_ms - events[-1].at_ms) / 1000.0)
+            # Media time → monotonic time of the event itself (not of its detection).
+            stamped = [(e, now - (self._vad.now_ms - e.at_ms) / 1000.0) for e in events]
+            self._reactor.callFromThread(self._on_vad, stamped)
         spent = self._perf() - t0
         if self._metrics is not None:
             self._metrics.media_frame_work.observe(spent)
@@ -172,6 +180,13 @@ class CallSession:
         self._listen: Listen | None = None
         self._no_input_timer: IDelayedCall | None = None
         self._caller_speaking = False
+        self.endpointer = TurnEndpointer(self._is_complete, self.settings.endpointer)
+        self.transcripts = TranscriptAssembler()
+        self._endpoint_timer: IDelayedCall | None = None
+        self._decided_at: float | None = None
+        self._speech_started_at: float | None = None
+        self._last_speech_end: float | None = None
+        self.cut_ins = 0
         self._awaiting_reply_since: float | None = None
         self._awaiting_trigger = "speech"
         self.turns: list[Turn] = []
@@ -204,6 +219,7 @@ class CallSession:
         self.ended = True
         self.end_reason = reason
         self._cancel_no_input()
+        self._cancel_endpoint_timer()
         if self._synth is not None:
             self._synth.cancel()
             self._synth = None
@@ -260,20 +276,83 @@ class CallSession:
         self._asr = stream
         self.media.asr = stream
 
+    def _is_complete(self, text: str) -> bool:
+        """Do the words so far already make a request the dialogue understands?"""
+        match = self.dialogue.peek_intent(text)
+        return match is not None and match.score >= self.settings.complete_min_score
+
+    def _now_ms(self) -> float:
+        return self._monotonic() * 1000.0
+
     def _on_interim(self, text: str) -> None:
-        pass  # partial hypotheses feed endpointing and barge-in decisions in later stages
+        if self.ended:
+            return
+        turn_text = self.transcripts.on_interim(text)
+        if self._listening:
+            self._handle_endpoint(self.endpointer.on_transcript(turn_text, self._now_ms()))
 
     def _on_final(self, text: str, confidence: float) -> None:
         if self.ended:
             return
         text = text.strip()
+        turn_text, extra = self.transcripts.on_final(text)
         log.info("call {call_id} heard {text!r} ({confidence:.2f})", text=text, confidence=confidence,
                  **self.log_fields)
-        if not text or not self._listening:
+        if self._metrics and self._last_speech_end is not None:
+            self._metrics.asr_final_lag.observe(max(0.0, self._monotonic() - self._last_speech_end))
+        if extra and self._decided_at is not None:
+            # The caller went on talking after the agent had taken the turn.
+            self.cut_ins += 1
+            if self._metrics:
+                self._metrics.cut_ins.inc()
+            log.info("call {call_id} cut-in: caller added {extra!r} after the turn was taken",
+                     extra=" ".join(extra), **self.log_fields)
+        if self._listening and turn_text:
+            self._handle_endpoint(self.endpointer.on_transcript(turn_text, self._now_ms()))
+
+    def _handle_endpoint(self, decision: EndOfTurn | None) -> None:
+        if decision is None:
+            self._schedule_endpoint_poll()
             return
-        since = self.media.last_voiced_at or self._monotonic()
-        self._begin_turn(caller_text=text, trigger="speech", since=since)
-        self._run(self.dialogue.on_transcript(text))
+        self._cancel_endpoint_timer()
+        self.transcripts.consume()
+        if self._metrics:
+            self._metrics.endpoint_silence.labels(decision.reason).observe(
+                max(0.0, (decision.decided_ms - decision.speech_end_ms) / 1000.0))
+        if not decision.text:
+            log.info("call {call_id} speech without words ignored", **self.log_fields)
+            if self._listening and self._listen is not None and not self._caller_speaking:
+                self._start_no_input(self._listen.no_input_timeout_ms)
+            return
+        log.info("call {call_id} end of turn ({reason}, {silence:.0f} ms silence): {text!r}",
+                 reason=decision.reason, silence=decision.decided_ms - decision.speech_end_ms,
+                 text=decision.text, **self.log_fields)
+        self._decided_at = decision.decided_ms / 1000.0
+        self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_ms / 1000.0)
+        t0 = self._monotonic()
+        actions = self.dialogue.on_transcript(decision.text)
+        if self._metrics:
+            self._metrics.dialogue_step.observe(self._monotonic() - t0)
+        self._run(actions)
+
+    def _schedule_endpoint_poll(self) -> None:
+        self._cancel_endpoint_timer()
+        deadline = self.endpointer.next_deadline_ms()
+        if deadline is None or not self._listening:
+            return
+        delay = max(0.0, deadline / 1000.0 - self._monotonic())
+        self._endpoint_timer = self._reactor.callLater(delay, self._poll_endpointer)
+
+    def _poll_endpointer(self) -> None:
+        self._endpoint_timer = None
+        if self.ended or not self._listening:
+            return
+        self._handle_endpoint(self.endpointer.poll(self._now_ms()))
+
+    def _cancel_endpoint_timer(self) -> None:
+        timer, self._endpoint_timer = self._endpoint_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
 
     def _on_asr_error(self, err: Exception) -> None:
         if self.ended:
@@ -293,18 +372,25 @@ class CallSession:
             self._open_recognition()
 
     # -- VAD and barge-in -----------------------------------------------------
-    def _on_vad_events(self, events: list[VadEvent], _last_at: float) -> None:
+    def _on_vad_events(self, events: list[tuple[VadEvent, float]]) -> None:
         if self.ended:
             return
-        for event in events:
+        for event, at in events:
             if event.type is VadEventType.SPEECH_START:
                 self._caller_speaking = True
+                self._speech_started_at = at
                 self._cancel_no_input()
                 self._interrupt_prompt()
+                if self._listening:
+                    self.endpointer.on_speech_start(at * 1000.0)
+                    self._cancel_endpoint_timer()
             else:
                 self._caller_speaking = False
-                if self._listening and self._listen is not None:
-                    self._start_no_input(self._listen.no_input_timeout_ms)
+                self._last_speech_end = at
+                if self._listening:
+                    self._handle_endpoint(self.endpointer.on_speech_end(at * 1000.0, self._now_ms()))
+                    if self._listen is not None and not self.endpointer.in_turn:
+                        self._start_no_input(self._listen.no_input_timeout_ms)
 
     def _interrupt_prompt(self) -> None:
         """Barge-in: stop a prompt that allows it and start listening at once."""
@@ -347,7 +433,12 @@ class CallSession:
             elif isinstance(action, Listen):
                 self._listening = True
                 self._listen = action
-                if not self._caller_speaking:
+                if self._caller_speaking and self._speech_started_at is not None:
+                    # Barge-in: the caller's turn began while the prompt played.
+                    self.endpointer.on_speech_start(self._speech_started_at * 1000.0)
+                else:
+                    self.endpointer.reset()
+                    self.transcripts.reset()
                     self._start_no_input(action.no_input_timeout_ms)
             elif isinstance(action, Transfer):
                 self._stop_listening()
@@ -384,9 +475,21 @@ class CallSession:
             self.playout.close_segment(sid)
             self._reactor.callFromThread(self._on_tts_error, err)
 
+        gate = LeadingSilenceGate(self.settings.sample_rate_hz)
+        requested = self._monotonic()
+        metrics = self._metrics
+
+        def on_audio(pcm: bytes) -> None:
+            first = not gate.open
+            pcm = gate.process(pcm)
+            if pcm:
+                if first and metrics is not None:
+                    metrics.tts_first_audio.observe(self._monotonic() - requested)
+                self.playout.append(sid, pcm)
+
         self._synth = self._speech.synthesize_stream(
             say.text, sample_rate_hz=self.settings.sample_rate_hz, voice=say.voice,
-            on_audio=lambda pcm: self.playout.append(sid, pcm),
+            on_audio=on_audio,
             on_done=lambda: self.playout.close_segment(sid),
             on_error=on_error)
 
@@ -408,6 +511,8 @@ class CallSession:
                 self.turns[-1].latency_ms = round(latency * 1000.0, 1)
             if self._metrics:
                 self._metrics.turn_latency.labels(self._awaiting_trigger).observe(latency)
+                if self._decided_at is not None and self._awaiting_trigger == "speech":
+                    self._metrics.reply_start.observe(max(0.0, event.at_s - self._decided_at))
         if event.type in (PlayoutEventType.FINISHED, PlayoutEventType.FLUSHED):
             self._record_played(event)
         if event.type is PlayoutEventType.FINISHED and event.segment_id == self._current_segment:
@@ -437,6 +542,8 @@ class CallSession:
         self._listening = False
         self._listen = None
         self._cancel_no_input()
+        self._cancel_endpoint_timer()
+        self.endpointer.reset()
 
     def _start_no_input(self, timeout_ms: int) -> None:
         self._cancel_no_input()
@@ -463,6 +570,7 @@ class CallSession:
             "call_id": self.call_id,
             "end_reason": self.end_reason,
             "barge_ins": self.barge_ins,
+            "cut_ins": self.cut_ins,
             "transfer_target": self.transfer_target,
             "dialogue": [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else e
                          for e in getattr(self.dialogue, "history", ())],

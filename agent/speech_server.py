@@ -33,7 +33,7 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
   (re-armed when speech resumes). Unset, zero or negative fields take the defaults;
   thresholds above 1 are ``INVALID_ARGUMENT``. An utterance longer than 30 s is cut and
   finalised.
-* With ``interim_results`` the hypothesis is checked every 60 ms of in-utterance audio and
+* With ``interim_results`` the hypothesis is checked every 20 ms of in-utterance audio and
   an interim result (``is_final=False``) is sent when it changed. ``stability`` is 0.1 plus
   0.8 times the fraction of words unchanged from the previous interim (so 0.1..0.9).
 * Each utterance with a non-empty hypothesis yields one final result (``is_final=True``)
@@ -107,7 +107,7 @@ MODEL_RATE_HZ = 16000
 FRAME_MS = 20
 FRAME_BYTES = MODEL_RATE_HZ * FRAME_MS // 1000 * 2
 PREROLL_PAD_MS = 200
-INTERIM_INTERVAL_MS = 60
+INTERIM_INTERVAL_MS = 20
 MAX_UTTERANCE_MS = 30_000
 MIN_INPUT_RATE_HZ = 8000
 MAX_INPUT_RATE_HZ = 96000

@@ -1,0 +1,217 @@
+"""Deciding when the caller has finished a turn, from silence *and* meaning.
+
+Common voice agents wait 300-800 ms of silence before answering. Here the
+silence needed depends on what the caller has said so far:
+
+* the words already make a complete request (the dialogue has an intent for
+  them): a short silence (``complete_silence_ms``, default 60 ms) ends the turn;
+* the words end like an unfinished phrase ("I would like to", "my account
+  and"): wait much longer (``continuation_silence_ms``);
+* anything else: ``incomplete_silence_ms``.
+
+:class:`TurnEndpointer` is pure: it is fed timestamps (media milliseconds
+from the VAD, or any monotonic milliseconds) and transcripts, and returns
+decisions; it never reads a clock.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+#: words after which a phrase is almost never finished
+CONTINUATION_WORDS = frozenset("""
+a an the to and or but of for with my your our their his her its this that these those
+in on at from by about into like want would could should can will i im i'm we you is are
+was were be been am do does did please um uh er so because if then than
+""".split())
+
+#: short replies that acknowledge without taking the turn
+BACKCHANNELS = frozenset({"uh huh", "uh-huh", "mhm", "mm hmm", "mm-hmm", "hmm", "mm", "okay", "ok", "yeah",
+                          "yep", "right", "sure", "alright", "all right", "i see", "uh", "um", "ah", "oh"})
+
+_WORD = re.compile(r"[a-z']+")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def looks_unfinished(text: str) -> bool:
+    """True when the phrase ends with a word that needs a continuation."""
+    w = words(text)
+    return bool(w) and w[-1] in CONTINUATION_WORDS
+
+
+def is_backchannel(text: str) -> bool:
+    """True for an acknowledgement such as "uh-huh", "okay", "yeah" (or nothing at all)."""
+    w = " ".join(words(text.replace("-", " ")))
+    return w == "" or w in BACKCHANNELS or all(x in BACKCHANNELS for x in w.split())
+
+
+@dataclass(frozen=True)
+class EndpointerConfig:
+    complete_silence_ms: int = 60
+    incomplete_silence_ms: int = 800
+    continuation_silence_ms: int = 1400
+    #: a turn needs this much speech before it can end on meaning alone
+    min_speech_ms: int = 150
+
+
+@dataclass(frozen=True)
+class EndOfTurn:
+    text: str
+    #: when the caller's last voiced audio ended
+    speech_end_ms: float
+    #: when the decision was made (``speech_end_ms`` + the silence waited)
+    decided_ms: float
+    reason: str  # "complete", "incomplete", "continuation"
+
+
+class TurnEndpointer:
+    """One caller turn at a time: speech start/end, transcripts in; :class:`EndOfTurn` out."""
+
+    def __init__(self, is_complete: Callable[[str], bool], config: EndpointerConfig | None = None) -> None:
+        self.config = config or EndpointerConfig()
+        self._is_complete = is_complete
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the current turn (after a decision, or when the agent stops listening)."""
+        self.text = ""
+        self._speech_start_ms: float | None = None
+        self._speech_end_ms: float | None = None  # None while the caller is speaking
+        self._speaking = False
+        self._complete_cache: tuple[str, bool] = ("", False)
+
+    @property
+    def in_turn(self) -> bool:
+        return self._speech_start_ms is not None
+
+    def on_speech_start(self, at_ms: float) -> None:
+        if self._speech_start_ms is None:
+            self._speech_start_ms = at_ms
+        self._speaking = True
+        self._speech_end_ms = None
+
+    def on_speech_end(self, last_voiced_ms: float, now_ms: float) -> EndOfTurn | None:
+        """The caller went quiet after *last_voiced_ms*; *now_ms* is when that was noticed."""
+        if self._speech_start_ms is None:
+            return None
+        self._speaking = False
+        self._speech_end_ms = last_voiced_ms
+        return self.poll(now_ms)
+
+    def on_transcript(self, text: str, now_ms: float) -> EndOfTurn | None:
+        """An interim or final transcript of the turn so far."""
+        text = text.strip()
+        if text:
+            self.text = text
+            if self._speech_start_ms is None:
+                # The recogniser heard speech the VAD missed: treat it as a turn.
+                self._speech_start_ms = now_ms
+                self._speech_end_ms = now_ms
+        return self.poll(now_ms)
+
+    def required_silence_ms(self) -> int:
+        """Silence that would end the turn given what has been said so far."""
+        c = self.config
+        text = self.text
+        if text and self._complete(text) and self._speech_ms() >= c.min_speech_ms:
+            return c.complete_silence_ms
+        if looks_unfinished(text):
+            return c.continuation_silence_ms
+        return c.incomplete_silence_ms
+
+    def poll(self, now_ms: float) -> EndOfTurn | None:
+        """Check the silence so far; call whenever time has passed."""
+        if self._speech_start_ms is None or self._speaking or self._speech_end_ms is None:
+            return None
+        if not self.text:
+            # Nothing recognised (yet): only a long silence ends a turn of noise.
+            if now_ms - self._speech_end_ms < self.config.incomplete_silence_ms:
+                return None
+        need = self.required_silence_ms()
+        if now_ms - self._speech_end_ms < need:
+            return None
+        reason = ("complete" if need == self.config.complete_silence_ms else
+                  "continuation" if need == self.config.continuation_silence_ms else "incomplete")
+        decision = EndOfTurn(self.text, self._speech_end_ms, now_ms, reason)
+        self.reset()
+        return decision
+
+    def next_deadline_ms(self) -> float | None:
+        """When :meth:`poll` could next decide, if nothing else happens."""
+        if self._speech_start_ms is None or self._speaking or self._speech_end_ms is None:
+            return None
+        need = self.required_silence_ms() if self.text else self.config.incomplete_silence_ms
+        return self._speech_end_ms + need
+
+    def _speech_ms(self) -> float:
+        if self._speech_start_ms is None:
+            return 0.0
+        end = self._speech_end_ms if self._speech_end_ms is not None else self._speech_start_ms
+        return max(0.0, end - self._speech_start_ms)
+
+    def _complete(self, text: str) -> bool:
+        cached_text, cached = self._complete_cache
+        if cached_text != text:
+            cached = bool(self._is_complete(text))
+            self._complete_cache = (text, cached)
+        return cached
+
+
+class TranscriptAssembler:
+    """The text of the caller's current turn, from a recogniser's streaming results.
+
+    A streaming recogniser splits speech into utterances at its own silence
+    threshold; its interim results repeat the utterance so far and its final
+    closes it. A turn may span several utterances (the caller paused), and the
+    agent may end a turn in the middle of one (a complete request followed by a
+    short silence). This keeps the finals of the turn, the current interim,
+    and the words already consumed by a decision taken mid-utterance, so they
+    are not counted again when the utterance's later results repeat them.
+    """
+
+    def __init__(self) -> None:
+        self._finals: list[str] = []
+        self._interim = ""
+        self._consumed: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return " ".join(x for x in [*self._finals, self._interim] if x)
+
+    def on_interim(self, text: str) -> str:
+        self._interim = " ".join(self._strip(words(text)))
+        return self.text
+
+    def on_final(self, text: str) -> tuple[str, list[str]]:
+        """Close the recogniser's utterance; returns (turn text, words beyond what was consumed)."""
+        rest = self._strip(words(text))
+        extra = rest if self._consumed else []
+        if rest:
+            self._finals.append(" ".join(rest))
+        self._interim = ""
+        self._consumed = []
+        return self.text, extra
+
+    def consume(self) -> str:
+        """A decision used the text so far: start a new turn, remembering the open utterance's words."""
+        text = self.text
+        self._consumed = self._consumed + words(self._interim)
+        self._finals = []
+        self._interim = ""
+        return text
+
+    def reset(self) -> None:
+        self._finals, self._interim, self._consumed = [], "", []
+
+    def _strip(self, ws: list[str]) -> list[str]:
+        n = len(self._consumed)
+        if n and ws[:n] == self._consumed:
+            return ws[n:]
+        if n:
+            # The recogniser revised the consumed words; drop as many leading words.
+            return ws[n:]
+        return ws

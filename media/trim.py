@@ -1,0 +1,63 @@
+"""Trim the silence synthesisers put around speech.
+
+flite starts a prompt with 200-350 ms of silence; played as is, that silence
+is added to every turn's latency. Cached prompts are trimmed once
+(:func:`trim_silence`); streamed synthesis passes through a
+:class:`LeadingSilenceGate` that drops audio until the first voiced frame.
+"""
+from __future__ import annotations
+
+from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, rms_dbfs
+
+#: a 5 ms analysis window at 16 kHz
+_WINDOW_MS = 5
+
+
+def _window_bytes(sample_rate_hz: int) -> int:
+    return sample_rate_hz * _WINDOW_MS // 1000 * BYTES_PER_SAMPLE
+
+
+def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = 5, tail_ms: int = 150,
+                 threshold_dbfs: float = -50.0) -> bytes:
+    """*pcm* without leading silence (keeping *lead_ms*) and with at most *tail_ms* after the last sound."""
+    w = _window_bytes(sample_rate_hz)
+    n = len(pcm) // w
+    voiced = [i for i in range(n) if rms_dbfs(pcm[i * w:(i + 1) * w]) > threshold_dbfs]
+    if not voiced:
+        return pcm
+    per_ms = sample_rate_hz // 1000 * BYTES_PER_SAMPLE
+    start = max(0, voiced[0] * w - lead_ms * per_ms)
+    end = min(len(pcm), (voiced[-1] + 1) * w + tail_ms * per_ms)
+    return pcm[start:end]
+
+
+class LeadingSilenceGate:
+    """Drops streamed audio until the first voiced window, then passes everything."""
+
+    def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = 5,
+                 threshold_dbfs: float = -50.0) -> None:
+        self._w = _window_bytes(sample_rate_hz)
+        self._lead = lead_ms * (sample_rate_hz // 1000) * BYTES_PER_SAMPLE
+        self._threshold = threshold_dbfs
+        self._held = b""
+        self.open = False
+        self.dropped_bytes = 0
+
+    def process(self, chunk: bytes) -> bytes:
+        if self.open:
+            return chunk
+        data = self._held + chunk
+        w = self._w
+        for i in range(0, len(data) - w + 1, w):
+            if rms_dbfs(data[i:i + w]) > self._threshold:
+                self.open = True
+                start = max(0, i - self._lead)
+                self.dropped_bytes += start
+                self._held = b""
+                return data[start:]
+        keep = len(data) - len(data) % w
+        # Hold back only the lead-in that may precede the first sound.
+        cut = max(0, keep - self._lead)
+        self.dropped_bytes += cut
+        self._held = data[cut:]
+        return b""

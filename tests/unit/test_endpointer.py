@@ -1,0 +1,117 @@
+"""TurnEndpointer and TranscriptAssembler on scripted timelines (milliseconds, no clock)."""
+from agent.endpointer import (
+    EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, looks_unfinished,
+)
+
+COMPLETE = {"check my balance", "what are your opening hours", "goodbye"}
+
+
+def make() -> TurnEndpointer:
+    return TurnEndpointer(lambda text: text in COMPLETE, EndpointerConfig(
+        complete_silence_ms=60, incomplete_silence_ms=800, continuation_silence_ms=1400))
+
+
+def test_complete_request_ends_after_a_short_silence():
+    """ "check my balance" then 60 ms of silence ends the turn, stamped at the end of speech."""
+    ep = make()
+    ep.on_speech_start(1000)
+    assert ep.on_transcript("check my balance", 1700) is None  # still speaking
+    assert ep.on_speech_end(1800, 1840) is None
+    assert ep.next_deadline_ms() == 1860
+    d = ep.poll(1860)
+    assert d is not None and d.text == "check my balance" and d.reason == "complete"
+    assert (d.speech_end_ms, d.decided_ms) == (1800, 1860)
+    assert not ep.in_turn
+
+
+def test_transcript_arriving_after_the_silence_decides_at_once():
+    """When the words that complete the request arrive late, the turn ends on their arrival."""
+    ep = make()
+    ep.on_speech_start(0)
+    ep.on_transcript("check my", 500)
+    assert ep.on_speech_end(900, 940) is None
+    assert ep.poll(1000) is None
+    d = ep.on_transcript("check my balance", 1010)
+    assert d is not None and d.decided_ms == 1010 and d.speech_end_ms == 900
+
+
+def test_unfinished_phrase_waits_through_a_500_ms_pause():
+    """ "I would like to" + 500 ms pause is not a turn end; the rest of the sentence joins it."""
+    ep = make()
+    ep.on_speech_start(0)
+    ep.on_transcript("i would like to", 800)
+    assert ep.on_speech_end(900, 940) is None
+    assert ep.poll(1400) is None
+    assert ep.next_deadline_ms() == 900 + 1400
+    ep.on_speech_start(1400)
+    ep.on_transcript("i would like to check my balance", 2100)
+    assert ep.on_speech_end(2200, 2240) is None  # the whole phrase is not an intent example
+    d = ep.poll(3000)
+    assert d is not None and d.reason == "incomplete" and d.text.endswith("check my balance")
+
+
+def test_words_that_are_not_a_request_wait_the_incomplete_silence():
+    """Without a complete request the turn ends only after 800 ms of silence."""
+    ep = make()
+    ep.on_speech_start(0)
+    ep.on_transcript("the weather is nice", 600)
+    ep.on_speech_end(700, 740)
+    assert ep.poll(1499) is None
+    assert ep.poll(1500).reason == "incomplete"
+
+
+def test_a_complete_request_needs_enough_speech():
+    """A 100 ms blip recognised as "goodbye" does not end a turn on meaning alone."""
+    ep = make()
+    ep.on_speech_start(0)
+    ep.on_transcript("goodbye", 100)
+    ep.on_speech_end(100, 140)
+    assert ep.poll(200) is None
+    assert ep.poll(900) is not None
+
+
+def test_noise_without_words_ends_only_after_the_long_silence():
+    """Speech the recogniser found no words in ends with an empty turn after 800 ms."""
+    ep = make()
+    ep.on_speech_start(0)
+    ep.on_speech_end(300, 340)
+    assert ep.poll(1000) is None
+    d = ep.poll(1100)
+    assert d is not None and d.text == ""
+
+
+def test_phrase_classifiers():
+    """Unfinished phrases end with a function word; backchannels are acknowledgements."""
+    assert looks_unfinished("I would like to") and looks_unfinished("check my")
+    assert not looks_unfinished("check my balance")
+    assert is_backchannel("uh-huh") and is_backchannel("okay") and is_backchannel("mm hmm") and is_backchannel("")
+    assert not is_backchannel("okay check my balance")
+
+
+def test_assembler_joins_utterances_of_one_turn():
+    """Two recogniser utterances (a pause between) make one turn text."""
+    a = TranscriptAssembler()
+    a.on_interim("i would like")
+    text, extra = a.on_final("i would like to")
+    assert text == "i would like to" and extra == []
+    assert a.on_interim("check my") == "i would like to check my"
+
+
+def test_assembler_does_not_repeat_words_consumed_mid_utterance():
+    """After a decision on an interim, the utterance's later results lose the consumed words."""
+    a = TranscriptAssembler()
+    a.on_interim("check my balance")
+    assert a.consume() == "check my balance"
+    assert a.on_interim("check my balance") == ""
+    text, extra = a.on_final("check my balance")
+    assert text == "" and extra == []
+    assert a.on_interim("goodbye") == "goodbye"
+
+
+def test_assembler_reports_words_said_after_a_decision():
+    """Words the caller added after the agent decided show up as extra: a cut-in seen after the fact."""
+    a = TranscriptAssembler()
+    a.on_interim("check my balance")
+    a.consume()
+    text, extra = a.on_final("check my balance and my savings")
+    assert extra == ["and", "my", "savings"] and text == "and my savings"

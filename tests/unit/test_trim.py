@@ -1,0 +1,37 @@
+"""Prompt silence trimming: cached prompts and streamed synthesis."""
+import math
+import struct
+
+from media.trim import LeadingSilenceGate, trim_silence
+
+RATE = 16000
+
+
+def tone(ms: int) -> bytes:
+    n = RATE * ms // 1000
+    return struct.pack(f"<{n}h", *(int(6000 * math.sin(2 * math.pi * 200 * i / RATE)) for i in range(n)))
+
+
+def silence(ms: int) -> bytes:
+    return bytes(RATE * ms // 1000 * 2)
+
+
+def test_leading_silence_is_cut_to_the_lead_in_and_the_tail_is_capped():
+    """300 ms of silence before and 400 ms after 500 ms of sound become 5 ms and 150 ms."""
+    out = trim_silence(silence(300) + tone(500) + silence(400))
+    assert len(out) == len(silence(5) + tone(500) + silence(150))
+    assert out[len(silence(5)):len(silence(5)) + 64] == tone(500)[:64]
+
+
+def test_all_silence_is_left_alone():
+    """A prompt with no sound is not emptied."""
+    assert trim_silence(silence(200)) == silence(200)
+
+
+def test_gate_drops_streamed_leading_silence_across_chunks():
+    """The first voiced audio passes (with a 5 ms lead-in) whatever the chunking; later silence passes too."""
+    gate = LeadingSilenceGate()
+    audio = silence(250) + tone(100) + silence(50) + tone(50)
+    out = b"".join(gate.process(audio[i:i + 999]) for i in range(0, len(audio), 999))
+    assert out == silence(5) + tone(100) + silence(50) + tone(50)
+    assert gate.dropped_bytes == len(silence(245))
