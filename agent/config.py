@@ -93,8 +93,11 @@ class ServerConfig:
     dialplans: tuple[str, ...] = (DEFAULT_DIALPLAN,)
     #: where "talk to a person" transfers go (blind transfer with REFER)
     transfer_uri: str = "sip:agents@127.0.0.1:5070"
-    #: JSON lines, one record per call ("" to only log them)
-    call_records: str = "var/calls.jsonl"
+    #: call records: a directory of per-day JSON-lines files, or one file ending in .jsonl
+    #: ("" to only log them)
+    call_records: str = "var/calls"
+    #: where `record` steps write caller messages (WAV)
+    recordings_dir: str = "var/recordings"
     #: free-form values a dialplan can read as {{ config.NAME }}
     variables: tuple[tuple[str, str], ...] = ()
 
@@ -174,7 +177,7 @@ def load_config(path: str | None) -> ServerConfig:
     errors: list[tuple[Mark, str]] = []
     top = _Reader(root, "config", errors)
     top.check_keys(("sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
-                    "variables"))
+                    "recordings_dir", "variables"))
     base = os.path.dirname(os.path.abspath(path))
 
     sip = SipSettings()
@@ -256,9 +259,10 @@ def load_config(path: str | None) -> ServerConfig:
     if (r := top.sub("variables")) is not None:
         variables = tuple((k, str(v.value)) for k, v in r.values.items())
     call_records = top.get("call_records", str, ServerConfig.call_records)
+    recordings_dir = top.get("recordings_dir", str, ServerConfig.recordings_dir)
     if errors:
         raise ConfigError(errors)
     return ServerConfig(sip=sip, media=media, speech=speech, metrics=metrics, endpointing=endpointing,
                         dialplans=dialplans,
                         transfer_uri=top.get("transfer_uri", str, ServerConfig.transfer_uri),
-                        call_records=call_records, variables=variables)
+                        call_records=call_records, recordings_dir=recordings_dir, variables=variables)

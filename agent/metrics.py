@@ -60,5 +60,11 @@ class AgentMetrics:
                                      "1 when the trunk registration is current, 0 otherwise", registry=r)
         self.registration_status = Gauge("openclaw_sip_registration_status_code",
                                          "Last SIP status code of the trunk REGISTER", registry=r)
+        self.dialplan_reloads = Counter("openclaw_dialplan_reloads_total", "Dialplan reloads by result",
+                                        ["result"], registry=r)
+        for result in ("ok", "invalid"):
+            self.dialplan_reloads.labels(result)
+        self.dialplan_generation = Gauge("openclaw_dialplan_generation",
+                                         "Version number of the dialplans new calls get", registry=r)
         self.speech_up = Gauge("openclaw_speech_backend_up", "1 when the speech backend answers its health check",
                                registry=r)

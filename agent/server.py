@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timezone
 import re
 import signal
 import sys
@@ -25,7 +26,9 @@ from twisted.web.server import Site
 
 from agent.config import ServerConfig
 from agent.dialogue import DialogueSession
-from agent.dialplan import Dialplan, load_dialplans, static_prompts
+from agent.dialplan import Dialplan, static_prompts
+from agent.dialplan_store import DialplanStore
+from agent.webhook import call_webhook
 from agent.endpointer import EndpointerConfig
 from agent.metrics import AgentMetrics
 from agent.session import CallSession, SessionSettings
@@ -104,7 +107,9 @@ class AgentServer:
             log.warn("sip.capacity {want} exceeds the {max} calls one process can hold; using {max} "
                      "(run more workers behind a SIP load balancer)", want=config.sip.capacity, max=PJSUA_MAX_CALLS)
         self.metrics.capacity.set(self.capacity)
-        self.dialplan = dialplan if dialplan is not None else load_dialplans(list(config.dialplans))
+        self.store = DialplanStore(list(config.dialplans), reactor, on_error=self._on_dialplan_error,
+                                   on_reload=self._on_dialplan_reload)
+        self.metrics.dialplan_generation.set(self.store.generation)
         self.prompts = PromptAudioCache()
         self.sessions: dict[str, CallSession] = {}
         self._admitted: dict[str, _Admitted] = {}
@@ -117,6 +122,27 @@ class AgentServer:
         self.ready = False
         self.stopping = False
         self._health_loop: LoopingCall | None = None
+
+    @property
+    def dialplan(self) -> Dialplan:
+        """The dialplan new calls get (calls in progress keep the one they started with)."""
+        return self.store.current
+
+    def reload_dialplans(self) -> bool:
+        """Reload the dialplan files now (SIGHUP); invalid files leave the current version."""
+        return self.store.reload()
+
+    def _on_dialplan_error(self, error: Exception) -> None:
+        self.metrics.dialplan_reloads.labels("invalid").inc()
+        log.error("dialplan reload refused, keeping generation {gen}:\n{err}", gen=self.store.generation, err=error)
+
+    def _on_dialplan_reload(self, new: Dialplan, old: Dialplan) -> None:
+        self.metrics.dialplan_reloads.labels("ok").inc()
+        self.metrics.dialplan_generation.set(self.store.generation)
+        log.info("dialplans reloaded: generation {gen} ({digest})", gen=self.store.generation,
+                 digest=getattr(new, "digest", "")[:12])
+        if self.speech is not None:
+            self.warm_prompt_cache()
 
     # -- start / stop ---------------------------------------------------------
     @defer.inlineCallbacks
@@ -135,6 +161,7 @@ class AgentServer:
         self._health_loop.clock = self.reactor
         self._health_loop.start(5.0, now=False)
         yield self.warm_prompt_cache()
+        self.store.watch(1.0)
         self._start_web()
         self._start_sip()
         self.ready = True
@@ -205,6 +232,7 @@ class AgentServer:
     def stop(self) -> defer.Deferred[None]:
         """Hang up calls, stop SIP, the web port and the embedded speech server."""
         self.stopping = True
+        self.store.stop()
         for session in list(self.sessions.values()):
             session.close("server shutting down")
         if self.stack is not None:
@@ -275,7 +303,8 @@ class AgentServer:
         for name, value in self.config.variables:
             variables[f"config.{name}"] = value
         variables["config.transfer_uri"] = self.config.transfer_uri
-        dialogue = DialogueSession(admitted.dialplan, admitted.flow, variables)
+        dialogue = DialogueSession(admitted.dialplan, admitted.flow, variables,
+                                   now=lambda: datetime.now(timezone.utc))
         settings = SessionSettings(
             frame_ms=self.config.media.frame_ms,
             vad=VadConfig(start_ms=self.config.media.speech_start_ms, end_ms=self.config.media.speech_end_ms),
@@ -285,11 +314,14 @@ class AgentServer:
                 incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,
                 continuation_silence_ms=self.config.endpointing.continuation_silence_ms))
         assert self.speech is not None
-        session = CallSession(cid, dialogue, self.speech, _Control(call), self.reactor, prompts=self.prompts,
-                              metrics=self.metrics, settings=settings, on_ended=self._session_ended)
+        session = CallSession(cid, dialogue, self.speech, _Control(call, self), self.reactor, prompts=self.prompts,
+                              metrics=self.metrics, settings=settings, on_ended=self._session_ended,
+                              webhooks=lambda request: call_webhook(self.reactor, request),
+                              recordings_dir=self.config.recordings_dir)
         session.caller = call.caller  # type: ignore[attr-defined]
         session.called = call.called  # type: ignore[attr-defined]
         session.flow = admitted.flow  # type: ignore[attr-defined]
+        session.dialplan_digest = getattr(admitted.dialplan, "digest", "")  # type: ignore[attr-defined]
         session.codec = ""  # type: ignore[attr-defined]
         self.sessions[cid] = session
         self.metrics.active_calls.inc()
@@ -306,7 +338,15 @@ class AgentServer:
         call.callbacks.on_media_active = media_active
         call.callbacks.on_dtmf = session.on_dtmf
         call.callbacks.on_transfer_status = session.on_transfer_status
-        call.callbacks.on_disconnected = lambda code, reason: session.close(f"disconnected {code} {reason}".strip())
+        control = session._control
+
+        def disconnected(code: int, reason: str) -> None:
+            session.close(f"disconnected {code} {reason}".strip())
+            leg = getattr(control, "leg", None)
+            if leg is not None and not leg.disconnected:
+                leg.hangup()
+
+        call.callbacks.on_disconnected = disconnected
         call.attach_media(session.media, session.playout)
         log.info("call {call_id} from {caller} to {called}: answering with flow {flow}",
                  call_id=cid, caller=call.caller, called=call.called, flow=admitted.flow)
@@ -323,6 +363,7 @@ class AgentServer:
         record.update({
             "caller": getattr(session, "caller", ""), "called": getattr(session, "called", ""),
             "flow": getattr(session, "flow", ""), "codec": getattr(session, "codec", ""),
+            "dialplan": getattr(session, "dialplan_digest", "")[:12],
             "duration_s": round(duration, 3), "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "media_deadline_misses": session.media.deadline_misses,
             "playout_underruns": session.playout.underruns,
@@ -336,10 +377,15 @@ class AgentServer:
         path = self.config.call_records
         if not path:
             return
+        if not path.endswith(".jsonl"):
+            # A directory: one file per day (UTC).
+            path = os.path.join(path, time.strftime("calls-%Y-%m-%d.jsonl", time.gmtime()))
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             with open(path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
         except OSError as e:
             log.error("call {call_id} record not written to {path}: {err}", call_id=record["call_id"],
                       path=path, err=e)
@@ -352,14 +398,69 @@ class AgentServer:
 
 
 class _Control:
-    def __init__(self, call: SipCall) -> None:
+    def __init__(self, call: SipCall, server: AgentServer) -> None:
         self._call = call
+        self._server = server
+        self.leg: SipCall | None = None
 
     def hangup(self) -> None:
         self._call.hangup()
+        if self.leg is not None:
+            self.leg.hangup()
 
     def transfer(self, target_uri: str) -> bool:
         return self._call.transfer(target_uri)
+
+    def bridge(self, target_uri: str, timeout_ms: int, on_result: Any) -> None:
+        """Dial *target_uri* and, once it answers, connect the caller's audio to it."""
+        stack = self._server.stack
+        reactor = self._server.reactor
+        if stack is None:
+            on_result(False, "SIP stack stopped")
+            return
+        state = {"reported": False}
+
+        def report(ok: bool, reason: str) -> None:
+            if not state["reported"]:
+                state["reported"] = True
+                on_result(ok, reason)
+
+        try:
+            leg = stack.make_call(target_uri, (("X-OpenClaw-Transferred-From", self._call.sip_call_id),))
+        except Exception as e:  # noqa: BLE001 -- pjsua2 raises its own Error type
+            report(False, f"cannot dial {target_uri}: {e}")
+            return
+        self.leg = leg
+
+        def no_answer() -> None:
+            if not leg.confirmed:
+                leg.hangup()
+                report(False, "no_answer")
+
+        timer = reactor.callLater(timeout_ms / 1000.0, no_answer)
+
+        def answered() -> None:
+            if timer.active():
+                timer.cancel()
+            if self._call.disconnected:
+                leg.hangup()
+                return
+            if self._call.bridge_to(leg):
+                report(True, "")
+            else:
+                leg.hangup()
+                report(False, "no media on the transfer target")
+
+        def leg_ended(code: int, reason: str) -> None:
+            if timer.active():
+                timer.cancel()
+            if not leg.confirmed:
+                report(False, f"{code} {reason}".strip())
+            elif not self._call.disconnected:
+                self._call.hangup()  # the target hung up: end the caller's leg too
+
+        leg.callbacks.on_confirmed = answered
+        leg.callbacks.on_disconnected = leg_ended
 
 
 class _Health(Resource):
@@ -389,5 +490,10 @@ def install_signal_handlers(reactor: Any, server: AgentServer) -> None:
         log.info("signal {sig}: shutting down", sig=signal.Signals(signum).name)
         reactor.callFromThread(reactor.stop)
 
+    def reload(_signum: int, _frame: Any) -> None:
+        log.info("SIGHUP: reloading dialplans")
+        reactor.callFromThread(server.reload_dialplans)
+
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
+    signal.signal(signal.SIGHUP, reload)

@@ -26,11 +26,15 @@ from typing import Any, Callable, Protocol
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
-from agent.dialogue import Action, DialogueSession, Hangup, Listen, Say, Transfer
+from agent.dialogue import (
+    Action, AskModel, CallWebhook, DialogueSession, Hangup, Listen, Record, Say, Transfer, WebhookRequest,
+    WebhookResult,
+)
 from agent.audio_util import StreamResampler
 from agent.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer
 from agent.metrics import AgentMetrics
 from media.frames import SAMPLE_RATE_HZ, duration_ms
+from media.frames import duration_ms as duration_ms_of
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
 from media.trim import LeadingSilenceGate
 from media.vad import EnergyVad, VadConfig, VadEvent, VadEventType
@@ -70,6 +74,9 @@ class CallControl(Protocol):
 
     def hangup(self) -> None: ...
     def transfer(self, target_uri: str) -> bool: ...
+
+    def bridge(self, target_uri: str, timeout_ms: int, on_result: Callable[[bool, str], None]) -> None:
+        """Dial *target_uri* and connect the caller to it; report (connected, reason) once."""
 
 
 class PromptCache(Protocol):
@@ -116,6 +123,8 @@ class MediaPipeline:
         self._perf = perf_counter
         self._monotonic = monotonic
         self.asr: RecognitionStream | None = None
+        #: when set, received frames are appended here too (a caller message being recorded)
+        self.recorder: list[bytes] | None = None
         #: converts bridge audio to the rate the recogniser is told (8 kHz for G.711 calls)
         self.asr_resampler: StreamResampler | None = None
         #: time.monotonic() at the end of the latest voiced frame received
@@ -130,6 +139,9 @@ class MediaPipeline:
         now = self._monotonic()
         if self._vad.last_voiced_end_ms == self._vad.now_ms:
             self.last_voiced_at = now
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.append(pcm)
         asr = self.asr
         if asr is not None:
             resampler = self.asr_resampler
@@ -154,7 +166,10 @@ class CallSession:
                  reactor: Reactor, prompts: PromptCache | None = None, metrics: AgentMetrics | None = None,
                  settings: SessionSettings | None = None,
                  on_ended: Callable[["CallSession"], None] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 webhooks: Callable[[WebhookRequest], Any] | None = None,
+                 model: Callable[[AskModel], Any] | None = None,
+                 recordings_dir: str = "var/recordings") -> None:
         self.call_id = call_id
         self.dialogue = dialogue
         self._speech = speech
@@ -196,6 +211,14 @@ class CallSession:
         self.barge_ins = 0
         self.transfer_target: str | None = None
         self.log_fields = {"call_id": call_id}
+        self._webhooks = webhooks
+        self._model = model
+        self.recordings_dir = recordings_dir
+        self._record: Record | None = None
+        self._record_timer: IDelayedCall | None = None
+        self._beep_segment: int | None = None
+        self._max_duration_timer: IDelayedCall | None = None
+        self.recordings: list[str] = []
 
     # -- lifecycle ------------------------------------------------------------
     def start(self, narrowband: bool = False) -> None:
@@ -210,6 +233,9 @@ class CallSession:
             self.media.asr_resampler = StreamResampler(self.settings.sample_rate_hz, 8000)
         self._open_recognition()
         self.turns.append(Turn(started_at=self._reactor.seconds()))
+        limit_ms = getattr(self.dialogue, "max_call_duration_ms", None)
+        if limit_ms:
+            self._max_duration_timer = self._reactor.callLater(limit_ms / 1000.0, self._call_timeout)
         self._run(self.dialogue.start())
 
     def close(self, reason: str) -> None:
@@ -220,6 +246,11 @@ class CallSession:
         self.end_reason = reason
         self._cancel_no_input()
         self._cancel_endpoint_timer()
+        for timer in (self._max_duration_timer, self._record_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
+        if self._record is not None:
+            self._save_recording("caller hung up")
         if self._synth is not None:
             self._synth.cancel()
             self._synth = None
@@ -239,7 +270,11 @@ class CallSession:
         if self.ended:
             return
         log.info("call {call_id} DTMF {digit}", digit=digit, **self.log_fields)
-        self._interrupt_prompt()
+        if isinstance(self._current, Record):
+            if self._current.terminator and digit == self._current.terminator:
+                self._finish_record("terminator key")
+            return
+        self._interrupt_prompt(by_key=True)
         if not self._listening and self._current is not None:
             return  # a prompt that may not be interrupted is still playing
         self._begin_turn(dtmf=digit, trigger="dtmf", since=self._monotonic())
@@ -392,10 +427,10 @@ class CallSession:
                     if self._listen is not None and not self.endpointer.in_turn:
                         self._start_no_input(self._listen.no_input_timeout_ms)
 
-    def _interrupt_prompt(self) -> None:
+    def _interrupt_prompt(self, by_key: bool = False) -> None:
         """Barge-in: stop a prompt that allows it and start listening at once."""
         current = self._current
-        if not isinstance(current, Say) or not current.barge_in:
+        if not isinstance(current, Say) or not (current.keys_interrupt if by_key else current.barge_in):
             return
         # Only interrupt when a Listen follows; a closing prompt plays out.
         if not any(isinstance(a, Listen) for a in self._pending):
@@ -440,6 +475,30 @@ class CallSession:
                     self.endpointer.reset()
                     self.transcripts.reset()
                     self._start_no_input(action.no_input_timeout_ms)
+            elif isinstance(action, CallWebhook):
+                self._stop_listening()
+                self._current = action
+                self._start_webhook(action)
+            elif isinstance(action, Record):
+                self._stop_listening()
+                self._current = action
+                self._start_record(action)
+            elif isinstance(action, AskModel):
+                self._stop_listening()
+                self._current = action
+                self._start_model(action)
+            elif isinstance(action, Transfer) and action.mode == "bridged":
+                self._stop_listening()
+                self._current = action
+                self.transfer_target = action.target_uri
+                log.info("call {call_id} bridging to {uri}", uri=action.target_uri, **self.log_fields)
+                bridge = getattr(self._control, "bridge", None)
+                if bridge is None:
+                    self._current = None
+                    self._pending.extend(self.dialogue.on_transfer_failed("bridged transfer not supported"))
+                else:
+                    bridge(action.target_uri, action.timeout_ms,
+                           lambda ok, reason, a=action: self._on_bridge_result(a, ok, reason))
             elif isinstance(action, Transfer):
                 self._stop_listening()
                 self._current = action
@@ -456,6 +515,127 @@ class CallSession:
                 self._control.hangup()
                 self.close(f"agent hangup: {action.reason}")
                 return
+
+    # -- webhooks, recordings, model, bridged transfers, call limit -------------
+    def _start_webhook(self, action: CallWebhook) -> None:
+        if self._webhooks is None:
+            self._reactor.callLater(0, self._webhook_done, WebhookResult(ok=False, reason="no webhook client"), action)
+            return
+        log.info("call {call_id} webhook {method} {url}", method=action.request.method, url=action.request.url,
+                 **self.log_fields)
+        d = self._webhooks(action.request)
+        d.addErrback(lambda f: WebhookResult(ok=False, reason=f.getErrorMessage()))
+        d.addCallback(self._webhook_done, action)
+
+    def _webhook_done(self, result: WebhookResult, action: CallWebhook) -> None:
+        if self.ended or self._current is not action:
+            return
+        log.info("call {call_id} webhook {step}: {outcome}", step=action.request.step,
+                 outcome="ok" if result.ok else f"failed ({result.reason})", **self.log_fields)
+        self._current = None
+        self._run(self.dialogue.on_webhook_result(result))
+
+    def _start_model(self, action: AskModel) -> None:
+        if self._model is None:
+            self._current = None
+            self._pending.extend(self.dialogue.on_model_failed("no dialogue model configured"))
+            return
+        d = self._model(action)
+
+        def reply(text: str) -> None:
+            if not self.ended and self._current is action:
+                self._current = None
+                self._run(self.dialogue.on_model_reply(text))
+
+        def failed(failure: Any) -> None:
+            if not self.ended and self._current is action:
+                self._current = None
+                self._run(self.dialogue.on_model_failed(failure.getErrorMessage()))
+
+        d.addCallbacks(reply, failed)
+
+    def _on_bridge_result(self, action: Transfer, ok: bool, reason: str) -> None:
+        if self.ended or self._current is not action:
+            return
+        log.info("call {call_id} bridged transfer: {outcome}", outcome="connected" if ok else reason,
+                 **self.log_fields)
+        self._current = None
+        if self._metrics:
+            self._metrics.transfers.labels("succeeded" if ok else "failed").inc()
+        if ok:
+            # The caller now talks to the target; the agent stops listening and speaking.
+            self.media.asr = None
+            self._run(self.dialogue.on_transfer_succeeded())
+        else:
+            self._run(self.dialogue.on_transfer_failed(reason))
+
+    def _start_record(self, action: Record) -> None:
+        self._record = action
+        if action.beep:
+            self._beep_segment = self.playout.play(_beep(self.settings.sample_rate_hz))
+        else:
+            self._begin_capture()
+
+    def _begin_capture(self) -> None:
+        if self._record is None:
+            return
+        self.media.recorder = []
+        self._record_timer = self._reactor.callLater(self._record.max_ms / 1000.0, self._finish_record,
+                                                     "maximum length")
+
+    def _finish_record(self, why: str) -> None:
+        if self._record is None or self.ended:
+            return
+        timer, self._record_timer = self._record_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
+        path, duration_ms, error = self._save_recording(why)
+        self._current = None
+        if error:
+            self._run(self.dialogue.on_record_failed(error))
+        else:
+            self._run(self.dialogue.on_record_done(path, duration_ms))
+
+    def _save_recording(self, why: str) -> tuple[str, int, str]:
+        """Write what was captured to the WAV file; returns (path, duration_ms, error)."""
+        import os
+        import wave
+
+        action, self._record = self._record, None
+        frames, self.media.recorder = self.media.recorder or [], None
+        assert action is not None
+        path = os.path.join(self.recordings_dir, action.path)
+        pcm = b"".join(frames)
+        duration_ms = int(duration_ms_of(len(pcm), self.settings.sample_rate_hz))
+        try:
+            os.makedirs(self.recordings_dir, exist_ok=True)
+            with wave.open(path, "wb") as w:
+                w.setnchannels(1)
+                w.setsampwidth(2)
+                w.setframerate(self.settings.sample_rate_hz)
+                w.writeframes(pcm)
+        except OSError as e:
+            log.error("call {call_id} recording {path} not written: {err}", path=path, err=e, **self.log_fields)
+            return path, duration_ms, f"cannot write {path}: {e.strerror}"
+        self.recordings.append(path)
+        log.info("call {call_id} recorded {ms} ms to {path} ({why})", ms=duration_ms, path=path, why=why,
+                 **self.log_fields)
+        return path, duration_ms, ""
+
+    def _call_timeout(self) -> None:
+        self._max_duration_timer = None
+        if self.ended:
+            return
+        log.info("call {call_id} reached its maximum duration", **self.log_fields)
+        if self._synth is not None:
+            self._synth.cancel()
+            self._synth = None
+        self.playout.flush()
+        self._pending.clear()
+        self._current = None
+        self._current_segment = None
+        self._stop_listening()
+        self._run(self.dialogue.on_call_timeout())
 
     def _say(self, say: Say) -> None:
         turn = self.turns[-1] if self.turns else None
@@ -515,6 +695,10 @@ class CallSession:
                     self._metrics.reply_start.observe(max(0.0, event.at_s - self._decided_at))
         if event.type in (PlayoutEventType.FINISHED, PlayoutEventType.FLUSHED):
             self._record_played(event)
+        if event.type is PlayoutEventType.FINISHED and event.segment_id == self._beep_segment:
+            self._beep_segment = None
+            self._begin_capture()
+            return
         if event.type is PlayoutEventType.FINISHED and event.segment_id == self._current_segment:
             self._current_segment = None
             self._synth = None
@@ -572,11 +756,23 @@ class CallSession:
             "barge_ins": self.barge_ins,
             "cut_ins": self.cut_ins,
             "transfer_target": self.transfer_target,
+            "recordings": self.recordings,
             "dialogue": [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else e
                          for e in getattr(self.dialogue, "history", ())],
+            "path": self.dialogue.call_record() if hasattr(self.dialogue, "call_record") else None,
             "turns": [
                 {"caller": t.caller_text, "dtmf": t.dtmf, "agent": t.agent_prompts,
                  "latency_ms": t.latency_ms, "barge_in": t.barge_in}
                 for t in self.turns
             ],
         }
+
+
+def _beep(sample_rate_hz: int, freq_hz: float = 1000.0, ms: int = 250) -> bytes:
+    """The tone played before a recording starts."""
+    import math
+    import struct
+
+    n = sample_rate_hz * ms // 1000
+    return struct.pack(f"<{n}h", *(int(8000 * math.sin(2 * math.pi * freq_hz * i / sample_rate_hz))
+                                   for i in range(n)))

@@ -22,6 +22,8 @@ otherwise answer a stateless ``486``, which proxies do not fail over on.
 from __future__ import annotations
 
 import ctypes
+import gc
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -243,6 +245,24 @@ class SipCall:
             log.warn("REFER to {uri} failed: {err}", uri=target_uri, err=e.info(), call_id=self.sip_call_id)
             return False
 
+    def bridge_to(self, other: "SipCall") -> bool:
+        """Connect this call's audio with *other*'s (both directions) and stop the agent's own.
+
+        Used for a bridged transfer; returns False when either call has no active audio.
+        """
+        if self._media is None or other._media is None or self.disconnected or other.disconnected:
+            return False
+        try:
+            if self._port is not None:
+                self._media.stopTransmit(self._port)
+                self._port.stopTransmit(self._media)
+            self._media.startTransmit(other._media)
+            other._media.startTransmit(self._media)
+        except pj.Error as e:
+            log.warn("bridge failed: {err}", err=e.info(), call_id=self.sip_call_id)
+            return False
+        return True
+
     def send_dtmf(self, digits: str) -> None:
         if self._pj is None or self.disconnected:
             return
@@ -354,6 +374,7 @@ class SipStack:
         self._account: _Account | None = None
         self._calls: dict[int, SipCall] = {}
         self._graveyard: list[object] = []
+        self._all_calls: weakref.WeakSet[SipCall] = weakref.WeakSet()
         self._poller: LoopingCall | None = None
         self._gate: _AdmissionGate | None = None
         self.bound_port = 0
@@ -443,11 +464,21 @@ class SipStack:
             self._poller.stop()
         try:
             self._ep.hangupAllCalls()
-            for _ in range(20):
+            for _ in range(50):
                 self._ep.libHandleEvents(10)
+                if not self._calls:
+                    break
         except pj.Error:
             pass
+        # Every pjsua2 Call object must be destroyed while the library is still
+        # up: a Call destroyed after libDestroy() trips a pjsua assertion that
+        # aborts the process.
+        for call in list(self._all_calls):
+            call._release_media()
+            call._pj = None
         self._calls.clear()
+        self._graveyard.clear()
+        gc.collect()
         self._graveyard.clear()
         if self._account is not None:
             try:
@@ -464,6 +495,7 @@ class SipStack:
         """Place an outbound call (used by the test caller and bridged transfers)."""
         assert self._account is not None
         call = SipCall(self, None)
+        self._all_calls.add(call)
         pjc = _PjCall(call, self._account)
         call._pj = pjc
         prm = pj.CallOpParam(True)
@@ -489,6 +521,7 @@ class SipStack:
         except ValueError:
             request = None
         call = SipCall(self, request)
+        self._all_calls.add(call)
         pjc = _PjCall(call, acc, prm.callId)
         call._pj = pjc
         self._calls[prm.callId] = call
