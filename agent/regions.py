@@ -1,0 +1,766 @@
+"""Region routing cores (sans-I/O): endpoint health, per-call region selection, load.
+
+Nothing here does I/O or reads a clock: every method that depends on time takes ``now``
+(seconds, any monotonic-enough origin; the server passes ``reactor.seconds()``). The
+prober (:mod:`agent.region_probe`) feeds probe outcomes in; the server and the failover
+streams (:mod:`agent.speech_failover`) ask for decisions. All of it runs on one thread
+(the reactor); nothing here is locked.
+
+* :class:`RegionSpec` — one region of the config (frozen, validated on construction).
+* :class:`EndpointHealth` — one probed endpoint (a Riva server, or a dialogue URL):
+  smoothed RTT (EWMA), loss over the last ``loss_window`` probes, consecutive failures
+  and successes, outlier ejection with exponential backoff and re-admission after
+  successes (in the spirit of Envoy's outlier detection), and the last
+  ``grpc.health.v1`` status (NOT_SERVING takes an endpoint out at once).
+* :class:`RegionSelector` — picks a region per call: among regions that serve every
+  pinned model version and are healthy, the lowest score (smoothed RTT + load + loss
+  penalties − a bonus for the caller's home region), with hysteresis per selection
+  context so jitter does not flip the choice; spills to the next region when the
+  preferred one is full; refuses with :class:`NoRegion` (→ SIP 503 + Retry-After) when
+  no region can serve the pinned versions. Counts active streams per region, answers
+  :meth:`RegionSelector.next_best` for failover, and takes model-version updates at
+  runtime.
+"""
+from __future__ import annotations
+
+import enum
+import ipaddress
+import re
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+#: reasons a :class:`Selection` was made (the ``reason`` label of the selection counter)
+SELECTION_REASONS = ("best", "spill", "sticky", "sticky_lost", "failover")
+#: reasons of a :class:`NoRegion`
+NO_REGION_REASONS = ("no_version", "unavailable", "full")
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_ADDRESS = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
+
+
+# --------------------------------------------------------------------------------------
+# config
+# --------------------------------------------------------------------------------------
+
+
+def _normalise_prefix(prefix: str) -> str:
+    digits = prefix[1:] if prefix.startswith("+") else prefix
+    if not digits.isdigit():
+        raise ValueError(f"home prefix {prefix!r} is not an E.164 country-code prefix (digits, optional '+')")
+    return digits
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    """One region: its speech endpoints (``host:port``, several instances allowed), its
+    optional dialogue endpoint (an OpenAI-compatible chat-completions URL), the model
+    versions it serves, how many concurrent speech streams this node may open there, and
+    the caller hints that make it a caller's home region (E.164 country-code prefixes such
+    as ``"+44"``; source networks in CIDR notation).
+
+    Raises ``ValueError`` with a precise message when a field is invalid.
+    """
+
+    name: str
+    asr_endpoints: tuple[str, ...]
+    tts_endpoints: tuple[str, ...]
+    dialogue_endpoint: str | None = None
+    model_versions: frozenset[str] = frozenset()
+    capacity: int = 64
+    home_prefixes: tuple[str, ...] = ()
+    home_networks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(
+                f"region name {self.name!r}: expected 1-63 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
+            )
+        for kind, endpoints in (("asr_endpoints", self.asr_endpoints), ("tts_endpoints", self.tts_endpoints)):
+            if isinstance(endpoints, str) or not endpoints:
+                raise ValueError(f"region {self.name}: {kind} must be a non-empty list of host:port")
+            for address in endpoints:
+                if not _ADDRESS.match(address):
+                    raise ValueError(f"region {self.name}: {kind} entry {address!r} is not host:port")
+        if self.dialogue_endpoint is not None and not re.match(r"^https?://", self.dialogue_endpoint):
+            raise ValueError(f"region {self.name}: dialogue_endpoint {self.dialogue_endpoint!r} is not an http(s) URL")
+        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:
+            raise ValueError(f"region {self.name}: capacity must be a positive integer, got {self.capacity!r}")
+        for version in self.model_versions:
+            if not isinstance(version, str) or not version:
+                raise ValueError(f"region {self.name}: model versions must be non-empty strings, got {version!r}")
+        for prefix in self.home_prefixes:
+            try:
+                _normalise_prefix(prefix)
+            except ValueError as exc:
+                raise ValueError(f"region {self.name}: {exc}") from None
+        for network in self.home_networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"region {self.name}: home network {network!r} is not an IP network (CIDR)") from None
+        object.__setattr__(self, "model_versions", frozenset(self.model_versions))
+        object.__setattr__(self, "asr_endpoints", tuple(self.asr_endpoints))
+        object.__setattr__(self, "tts_endpoints", tuple(self.tts_endpoints))
+
+    @property
+    def speech_endpoints(self) -> tuple[str, ...]:
+        """ASR and TTS endpoints, each address once."""
+        return tuple(dict.fromkeys(self.asr_endpoints + self.tts_endpoints))
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    """How probe outcomes turn into endpoint health (defaults: 4 probes per second)."""
+
+    #: weight of a new RTT sample in the smoothed RTT
+    rtt_alpha: float = 0.2
+    #: probes in the loss window (20 probes = 5 s at 250 ms)
+    loss_window: int = 20
+    #: consecutive failures that eject an endpoint (the first failure already makes it suspect)
+    eject_after_failures: int = 3
+    #: loss ratio over a full window that ejects an endpoint
+    eject_loss_ratio: float = 0.5
+    #: consecutive successes an ejected endpoint needs, after its ejection time, to come back
+    readmit_after_successes: int = 2
+    #: first ejection lasts this long; each further ejection doubles it, up to max_ejection_s
+    base_ejection_s: float = 1.0
+    max_ejection_s: float = 30.0
+    #: every this long of health after a re-admission takes one doubling off the next ejection
+    ejection_decay_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.rtt_alpha <= 1.0:
+            raise ValueError(f"rtt_alpha must be in (0, 1], got {self.rtt_alpha}")
+        if self.loss_window < 1 or self.eject_after_failures < 1 or self.readmit_after_successes < 1:
+            raise ValueError("loss_window, eject_after_failures and readmit_after_successes must be at least 1")
+        if self.base_ejection_s <= 0 or self.max_ejection_s < self.base_ejection_s:
+            raise ValueError("base_ejection_s must be positive and max_ejection_s at least base_ejection_s")
+
+
+@dataclass(frozen=True)
+class SelectionPolicy:
+    """How region scores are formed and compared (all penalties in milliseconds)."""
+
+    #: added to a region's score at 100 % of its capacity (proportionally below)
+    load_penalty_ms: float = 50.0
+    #: added at 100 % probe loss (proportionally below)
+    loss_penalty_ms: float = 200.0
+    #: taken off the score of the caller's home region
+    home_bonus_ms: float = 20.0
+    #: added while a region's endpoint has missed its last probe (not yet ejected)
+    suspect_penalty_ms: float = 1000.0
+    #: another region must beat the preferred one by max(hysteresis_ms, hysteresis_ratio × its score)
+    hysteresis_ms: float = 15.0
+    hysteresis_ratio: float = 0.2
+    #: Retry-After (seconds) when no region serves the pinned versions / none is healthy / all are full
+    retry_after_no_version_s: int = 30
+    retry_after_unavailable_s: int = 5
+    retry_after_full_s: int = 2
+
+
+# --------------------------------------------------------------------------------------
+# endpoint health
+# --------------------------------------------------------------------------------------
+
+
+class EndpointState(enum.Enum):
+    UNKNOWN = "unknown"  # never answered a probe
+    HEALTHY = "healthy"
+    SUSPECT = "suspect"  # missed its last probe(s), not ejected yet: avoided when possible
+    EJECTED = "ejected"  # outlier: out until its ejection time has passed and it answered again
+    NOT_SERVING = "not_serving"  # grpc.health.v1 said NOT_SERVING (or SERVICE_UNKNOWN)
+
+    @property
+    def usable(self) -> bool:
+        return self in (EndpointState.HEALTHY, EndpointState.SUSPECT)
+
+
+class EndpointHealth:
+    """Health of one probed endpoint, fed with probe outcomes and their times."""
+
+    def __init__(self, address: str, policy: HealthPolicy | None = None) -> None:
+        self.address = address
+        self.policy = policy or HealthPolicy()
+        #: smoothed round-trip time of successful probes (None before the first answer)
+        self.rtt_s: float | None = None
+        self.last_rtt_s: float | None = None
+        self._window: deque[bool] = deque(maxlen=self.policy.loss_window)
+        self.consecutive_failures = 0
+        self.consecutive_successes = 0
+        #: last grpc.health.v1 status: None unknown, True SERVING, False NOT_SERVING
+        self.serving: bool | None = None
+        self.ejected_until: float | None = None
+        self.ejections = 0
+        self._level = 0
+        self._readmitted_at: float | None = None
+        self.last_ok_at: float | None = None
+        self.last_failure_at: float | None = None
+        self.last_failure: str = ""
+        self.probes = 0
+
+    # -- inputs ---------------------------------------------------------------------------
+    def on_response(self, now: float, rtt_s: float, serving: bool = True) -> None:
+        """A probe was answered after ``rtt_s``; ``serving`` is its health status."""
+        self.probes += 1
+        self._window.append(True)
+        self.last_rtt_s = rtt_s
+        a = self.policy.rtt_alpha
+        self.rtt_s = rtt_s if self.rtt_s is None else (1.0 - a) * self.rtt_s + a * rtt_s
+        self.consecutive_failures = 0
+        self.consecutive_successes += 1
+        self.last_ok_at = now
+        self.serving = serving
+        if (
+            self.ejected_until is not None
+            and now >= self.ejected_until
+            and self.consecutive_successes >= self.policy.readmit_after_successes
+        ):
+            self.ejected_until = None
+            self._readmitted_at = now
+
+    def on_failure(self, now: float, reason: str = "timeout") -> None:
+        """A probe failed (timed out, connection refused, ...)."""
+        self.probes += 1
+        self._window.append(False)
+        self.consecutive_successes = 0
+        self.consecutive_failures += 1
+        self.last_failure_at = now
+        self.last_failure = reason
+        p = self.policy
+        window_full = len(self._window) == self._window.maxlen
+        outlier = self.consecutive_failures >= p.eject_after_failures or (
+            window_full and self.loss_ratio >= p.eject_loss_ratio
+        )
+        if outlier and (self.ejected_until is None or now >= self.ejected_until):
+            self._eject(now)
+
+    def on_status(self, now: float, serving: bool) -> None:
+        """A pushed ``grpc.health.v1`` status (Watch): NOT_SERVING takes effect at once."""
+        self.serving = serving
+
+    def _eject(self, now: float) -> None:
+        p = self.policy
+        if self._readmitted_at is not None and p.ejection_decay_s > 0:
+            healthy_for = max(0.0, now - self._readmitted_at)
+            self._level = max(0, self._level - int(healthy_for // p.ejection_decay_s))
+        self._level += 1
+        self.ejections += 1
+        self._readmitted_at = None
+        self.ejected_until = now + min(p.max_ejection_s, p.base_ejection_s * 2 ** (self._level - 1))
+
+    # -- outputs --------------------------------------------------------------------------
+    @property
+    def loss_ratio(self) -> float:
+        """Share of failed probes in the loss window (0 before the first probe)."""
+        if not self._window:
+            return 0.0
+        return self._window.count(False) / len(self._window)
+
+    def state(self, now: float) -> EndpointState:
+        if self.serving is False:
+            return EndpointState.NOT_SERVING
+        if self.ejected_until is not None:
+            readmittable = (
+                now >= self.ejected_until and self.consecutive_successes >= self.policy.readmit_after_successes
+            )
+            if not readmittable:
+                return EndpointState.EJECTED
+        if self.rtt_s is None or self.serving is None:
+            return EndpointState.UNKNOWN
+        if self.consecutive_failures > 0:
+            return EndpointState.SUSPECT
+        return EndpointState.HEALTHY
+
+
+# --------------------------------------------------------------------------------------
+# selection
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Where a call's speech (and dialogue) goes."""
+
+    region: str
+    asr_endpoint: str
+    tts_endpoint: str
+    dialogue_endpoint: str | None
+    #: the model versions the region served when it was chosen
+    versions: frozenset[str]
+    #: one of :data:`SELECTION_REASONS`
+    reason: str
+    rtt_s: float
+    score_ms: float
+
+
+@dataclass(frozen=True)
+class NoRegion:
+    """No region can take the call: answer ``503`` with ``Retry-After: retry_after_s``."""
+
+    #: one of :data:`NO_REGION_REASONS`
+    reason: str
+    retry_after_s: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class EndpointView:
+    address: str
+    kinds: tuple[str, ...]
+    state: str
+    rtt_s: float | None
+    loss_ratio: float
+    consecutive_failures: int
+    ejected_until: float | None
+    ejections: int
+    last_failure: str
+
+
+@dataclass(frozen=True)
+class RegionView:
+    """A region's state at one time, for /regions and metrics."""
+
+    name: str
+    #: "up" (usable, healthy), "suspect" (usable, missed a probe), "down", "unknown"
+    state: str
+    up: bool
+    rtt_s: float | None
+    loss_ratio: float
+    active_streams: int
+    capacity: int
+    versions: frozenset[str]
+    ejected_until: float | None
+    endpoints: tuple[EndpointView, ...]
+    dialogue_endpoint: str | None
+
+
+@dataclass
+class _Status:
+    usable: bool
+    suspect: bool
+    asr: EndpointHealth | None
+    tts: EndpointHealth | None
+    rtt_s: float | None
+    loss_ratio: float
+
+
+@dataclass
+class _Context:
+    preferred: str | None = None
+    flips: int = 0
+
+
+@dataclass
+class _Region:
+    spec: RegionSpec
+    versions: frozenset[str]
+    discovered: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    rr: int = 0
+
+
+class RegionSelector:
+    """Chooses a region per call and keeps the region state (single-threaded: the reactor).
+
+    ``regions`` is the config; ``health`` / ``selection`` policies tune the cores. Health
+    is per endpoint address and shared by every region and role that names it.
+    """
+
+    def __init__(
+        self,
+        regions: Iterable[RegionSpec],
+        *,
+        health: HealthPolicy | None = None,
+        selection: SelectionPolicy | None = None,
+    ) -> None:
+        self.health_policy = health or HealthPolicy()
+        self.policy = selection or SelectionPolicy()
+        self._regions: dict[str, _Region] = {}
+        self._health: dict[str, EndpointHealth] = {}
+        self._active: dict[str, int] = {}
+        self._contexts: dict[tuple[str, frozenset[str], bool], _Context] = {}
+        #: selections by (region, reason)
+        self.selections: dict[tuple[str, str], int] = {}
+        #: refusals by reason
+        self.refusals: dict[str, int] = {}
+        #: failovers by (from_region, to_region); to_region "none" when no region was left
+        self.failovers: dict[tuple[str, str], int] = {}
+        #: changes of a context's preferred region from one region to another
+        self.flips = 0
+        self.update_regions(regions)
+
+    # -- config ---------------------------------------------------------------------------
+    def update_regions(self, regions: Iterable[RegionSpec]) -> None:
+        """Replace the region config (reload): health of addresses still named is kept,
+        active stream counts of regions still named are kept, versions come from the new
+        specs (plus what endpoints reported). Calls already placed keep their
+        :class:`Selection`."""
+        specs = list(regions)
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"region names must be unique, got {names}")
+        old = self._regions
+        self._regions = {}
+        for spec in specs:
+            previous = old.get(spec.name)
+            region = _Region(spec, spec.model_versions)
+            if previous is not None:
+                region.discovered = {k: v for k, v in previous.discovered.items() if k[1] in spec.speech_endpoints}
+            self._regions[spec.name] = region
+            self._refresh_versions(region)
+        wanted: set[str] = set()
+        for spec in specs:
+            wanted.update(spec.speech_endpoints)
+            if spec.dialogue_endpoint:
+                wanted.add(spec.dialogue_endpoint)
+        self._health = {a: self._health.get(a) or EndpointHealth(a, self.health_policy) for a in sorted(wanted)}
+        self._active = {s.name: self._active.get(s.name, 0) for s in specs}
+        self._contexts = {k: c for k, c in self._contexts.items() if c.preferred in self._regions}
+
+    def set_versions(self, region: str, versions: Iterable[str]) -> None:
+        """Set the model versions a region's config says it serves (runtime rollout)."""
+        r = self._region(region)
+        r.spec = replace(r.spec, model_versions=frozenset(versions))
+        self._refresh_versions(r)
+
+    def set_discovered_versions(self, address: str, kind: str, versions: Iterable[str]) -> None:
+        """Versions an endpoint reported itself (``kind`` "asr" or "tts"). A region then
+        serves its configured versions plus, per kind, those every endpoint of that kind
+        that reported has in common."""
+        for r in self._regions.values():
+            endpoints = r.spec.asr_endpoints if kind == "asr" else r.spec.tts_endpoints
+            if address in endpoints:
+                r.discovered[(kind, address)] = frozenset(versions)
+                self._refresh_versions(r)
+
+    def _refresh_versions(self, r: _Region) -> None:
+        versions = set(r.spec.model_versions)
+        for kind in ("asr", "tts"):
+            reported = [v for (k, _a), v in r.discovered.items() if k == kind]
+            if reported:
+                versions.update(frozenset.intersection(*reported))
+        r.versions = frozenset(versions)
+
+    def _region(self, name: str) -> _Region:
+        try:
+            return self._regions[name]
+        except KeyError:
+            raise KeyError(f"unknown region {name!r}") from None
+
+    @property
+    def region_names(self) -> tuple[str, ...]:
+        return tuple(self._regions)
+
+    def spec(self, region: str) -> RegionSpec:
+        return self._region(region).spec
+
+    def versions(self, region: str) -> frozenset[str]:
+        return self._region(region).versions
+
+    def endpoints(self) -> Mapping[str, tuple[str, ...]]:
+        """Every address to probe and its roles ("asr", "tts", "dialogue")."""
+        roles: dict[str, list[str]] = {}
+        for r in self._regions.values():
+            for a in r.spec.asr_endpoints:
+                roles.setdefault(a, []).append("asr")
+            for a in r.spec.tts_endpoints:
+                roles.setdefault(a, []).append("tts")
+            if r.spec.dialogue_endpoint:
+                roles.setdefault(r.spec.dialogue_endpoint, []).append("dialogue")
+        return {a: tuple(dict.fromkeys(k)) for a, k in roles.items()}
+
+    def health(self, address: str) -> EndpointHealth:
+        return self._health[address]
+
+    # -- probe inputs (delegated to the endpoint's health) --------------------------------
+    def on_probe_response(self, address: str, now: float, rtt_s: float, serving: bool = True) -> None:
+        h = self._health.get(address)
+        if h is not None:
+            h.on_response(now, rtt_s, serving)
+
+    def on_probe_failure(self, address: str, now: float, reason: str = "timeout") -> None:
+        h = self._health.get(address)
+        if h is not None:
+            h.on_failure(now, reason)
+
+    def on_status(self, address: str, now: float, serving: bool) -> None:
+        h = self._health.get(address)
+        if h is not None:
+            h.on_status(now, serving)
+
+    # -- load -----------------------------------------------------------------------------
+    def acquire(self, region: str) -> None:
+        """One more speech stream open in ``region`` (may exceed capacity: a call already
+        placed keeps its streams)."""
+        self._region(region)
+        self._active[region] = self._active.get(region, 0) + 1
+
+    def release(self, region: str) -> None:
+        if self._active.get(region, 0) > 0:
+            self._active[region] -= 1
+
+    def active_streams(self, region: str) -> int:
+        return self._active.get(region, 0)
+
+    def is_full(self, region: str) -> bool:
+        return self.active_streams(region) >= self._region(region).spec.capacity
+
+    # -- hints ----------------------------------------------------------------------------
+    def home_region(self, caller_number: str | None, source_ip: str | None) -> str | None:
+        """The caller's home region: the most specific source network containing
+        ``source_ip``, else the longest E.164 prefix of ``caller_number`` (digits after an
+        optional ``+`` or ``00``); None when no region claims the caller."""
+        if source_ip:
+            try:
+                ip = ipaddress.ip_address(source_ip)
+            except ValueError:
+                ip = None
+            if ip is not None:
+                best: tuple[int, str] | None = None
+                for r in self._regions.values():
+                    for text in r.spec.home_networks:
+                        net = ipaddress.ip_network(text, strict=False)
+                        if ip.version == net.version and ip in net and (best is None or net.prefixlen > best[0]):
+                            best = (net.prefixlen, r.spec.name)
+                if best is not None:
+                    return best[1]
+        if caller_number:
+            number = caller_number.strip()
+            if number.startswith("+"):
+                digits = number[1:]
+            elif number.startswith("00"):
+                digits = number[2:]
+            else:
+                digits = number
+            if digits.isdigit():
+                found: tuple[int, str] | None = None
+                for r in self._regions.values():
+                    for prefix in r.spec.home_prefixes:
+                        p = _normalise_prefix(prefix)
+                        if digits.startswith(p) and (found is None or len(p) > found[0]):
+                            found = (len(p), r.spec.name)
+                if found is not None:
+                    return found[1]
+        return None
+
+    # -- status ---------------------------------------------------------------------------
+    def _best_endpoint(self, r: _Region, addresses: tuple[str, ...], now: float) -> EndpointHealth | None:
+        usable = [self._health[a] for a in addresses if self._health[a].state(now).usable]
+        if not usable:
+            return None
+        healthy = [h for h in usable if h.state(now) is EndpointState.HEALTHY] or usable
+        best_rtt = min(h.rtt_s or 0.0 for h in healthy)
+        # instances within 20 ms of the fastest share the calls round-robin
+        close = [h for h in healthy if (h.rtt_s or 0.0) <= best_rtt + 0.020]
+        return close[r.rr % len(close)]
+
+    def _status(self, r: _Region, now: float, need_dialogue: bool) -> _Status:
+        asr = self._best_endpoint(r, r.spec.asr_endpoints, now)
+        tts = self._best_endpoint(r, r.spec.tts_endpoints, now)
+        usable = asr is not None and tts is not None
+        parts = [h for h in (asr, tts) if h is not None]
+        if need_dialogue and r.spec.dialogue_endpoint:
+            d = self._health[r.spec.dialogue_endpoint]
+            usable = usable and d.state(now).usable
+            parts.append(d)
+        if not usable:
+            return _Status(False, False, asr, tts, None, 0.0)
+        suspect = any(h.state(now) is EndpointState.SUSPECT for h in parts)
+        rtt = max(h.rtt_s or 0.0 for h in parts)
+        loss = max(h.loss_ratio for h in parts)
+        return _Status(True, suspect, asr, tts, rtt, loss)
+
+    def _score_ms(self, r: _Region, st: _Status, home: str | None) -> float:
+        p = self.policy
+        load = self.active_streams(r.spec.name) / r.spec.capacity
+        score = (st.rtt_s or 0.0) * 1000.0
+        score += p.load_penalty_ms * min(load, 1.0)
+        score += p.loss_penalty_ms * st.loss_ratio
+        if st.suspect:
+            score += p.suspect_penalty_ms
+        if home == r.spec.name:
+            score -= p.home_bonus_ms
+        return score
+
+    # -- selection ------------------------------------------------------------------------
+    def select(
+        self,
+        caller_number: str | None,
+        source_ip: str | None,
+        pinned_versions: Iterable[str] = (),
+        sticky_region: str | None = None,
+        *,
+        now: float,
+        need_dialogue: bool = False,
+    ) -> Selection | NoRegion:
+        """Choose the region for a new call (or a later leg carrying ``sticky_region``).
+
+        ``pinned_versions``: model versions the call's dialplan pins; only regions serving
+        all of them are considered, however far. ``need_dialogue``: the call uses the
+        region's dialogue endpoint, which must then be healthy too.
+        """
+        pinned = frozenset(pinned_versions)
+        versioned = [r for r in self._regions.values() if pinned <= r.versions]
+        if not versioned:
+            return self._refuse("no_version", f"no region serves {sorted(pinned)}")
+        statuses = {r.spec.name: self._status(r, now, need_dialogue) for r in versioned}
+        usable = [r for r in versioned if statuses[r.spec.name].usable]
+        if not usable:
+            names = ", ".join(r.spec.name for r in versioned)
+            return self._refuse("unavailable", f"no healthy region among {names}")
+        open_ = [r for r in usable if not self.is_full(r.spec.name)]
+        if not open_:
+            return self._refuse("full", "every healthy region is at capacity")
+        home = self.home_region(caller_number, source_ip)
+        sticky_lost = False
+        if sticky_region:
+            sticky = next((r for r in open_ if r.spec.name == sticky_region), None)
+            if sticky is not None:
+                return self._choose(sticky, statuses[sticky.spec.name], home, "sticky")
+            sticky_lost = True
+        scores = {r.spec.name: self._score_ms(r, statuses[r.spec.name], home) for r in usable}
+        ctx_key = (home or "", pinned, need_dialogue)
+        ctx = self._contexts.setdefault(ctx_key, _Context())
+        best = min(usable, key=lambda r: (scores[r.spec.name], r.spec.name)).spec.name
+        current = ctx.preferred
+        if current is None or current not in scores:
+            if current is not None:
+                ctx.flips += 1
+                self.flips += 1
+            ctx.preferred = best
+        elif best != current:
+            margin = max(self.policy.hysteresis_ms, self.policy.hysteresis_ratio * max(scores[best], 0.0))
+            if scores[best] + margin < scores[current]:
+                ctx.preferred = best
+                ctx.flips += 1
+                self.flips += 1
+        preferred = ctx.preferred
+        assert preferred is not None
+        chosen = next((r for r in open_ if r.spec.name == preferred), None)
+        reason = "sticky_lost" if sticky_lost else "best"
+        if chosen is None:
+            chosen = min(open_, key=lambda r: (scores[r.spec.name], r.spec.name))
+            reason = "sticky_lost" if sticky_lost else "spill"
+        return self._choose(chosen, statuses[chosen.spec.name], home, reason)
+
+    def next_best(
+        self,
+        failed: Iterable[str],
+        caller_number: str | None = None,
+        source_ip: str | None = None,
+        pinned_versions: Iterable[str] = (),
+        *,
+        now: float,
+        need_dialogue: bool = False,
+    ) -> Selection | NoRegion:
+        """The best region for a call leaving ``failed`` regions mid-call (reason
+        ``failover``); preferences of new calls are left alone."""
+        excluded = set(failed)
+        pinned = frozenset(pinned_versions)
+        versioned = [r for r in self._regions.values() if pinned <= r.versions and r.spec.name not in excluded]
+        if not versioned:
+            return NoRegion("no_version", self.policy.retry_after_no_version_s, f"no other region serves {sorted(pinned)}")
+        statuses = {r.spec.name: self._status(r, now, need_dialogue) for r in versioned}
+        usable = [r for r in versioned if statuses[r.spec.name].usable]
+        if not usable:
+            return NoRegion("unavailable", self.policy.retry_after_unavailable_s, "no other healthy region")
+        home = self.home_region(caller_number, source_ip)
+        open_ = [r for r in usable if not self.is_full(r.spec.name)] or usable  # a running call may exceed capacity
+        best = min(open_, key=lambda r: (self._score_ms(r, statuses[r.spec.name], home), r.spec.name))
+        return self._choose(best, statuses[best.spec.name], home, "failover")
+
+    def _choose(self, r: _Region, st: _Status, home: str | None, reason: str) -> Selection:
+        assert st.asr is not None and st.tts is not None
+        r.rr += 1
+        name = r.spec.name
+        self.selections[(name, reason)] = self.selections.get((name, reason), 0) + 1
+        return Selection(
+            region=name,
+            asr_endpoint=st.asr.address,
+            tts_endpoint=st.tts.address,
+            dialogue_endpoint=r.spec.dialogue_endpoint,
+            versions=r.versions,
+            reason=reason,
+            rtt_s=st.rtt_s or 0.0,
+            score_ms=self._score_ms(r, st, home),
+        )
+
+    def _refuse(self, reason: str, detail: str) -> NoRegion:
+        self.refusals[reason] = self.refusals.get(reason, 0) + 1
+        p = self.policy
+        retry = {
+            "no_version": p.retry_after_no_version_s,
+            "unavailable": p.retry_after_unavailable_s,
+            "full": p.retry_after_full_s,
+        }[reason]
+        return NoRegion(reason, retry, detail)
+
+    def record_failover(self, from_region: str, to_region: str | None) -> None:
+        """Count a mid-call move (``to_region`` None: no region was left)."""
+        key = (from_region, to_region or "none")
+        self.failovers[key] = self.failovers.get(key, 0) + 1
+
+    def endpoint_state(self, address: str, now: float) -> EndpointState:
+        h = self._health.get(address)
+        return h.state(now) if h is not None else EndpointState.UNKNOWN
+
+    def region_rtt_s(self, region: str, now: float) -> float | None:
+        r = self._regions.get(region)
+        if r is None:
+            return None
+        return self._status(r, now, False).rtt_s
+
+    # -- views ----------------------------------------------------------------------------
+    def view(self, now: float) -> list[RegionView]:
+        """Every region's state, in config order."""
+        roles = self.endpoints()
+        out: list[RegionView] = []
+        for r in self._regions.values():
+            st = self._status(r, now, False)
+            addresses = list(r.spec.speech_endpoints) + ([r.spec.dialogue_endpoint] if r.spec.dialogue_endpoint else [])
+            endpoint_views = []
+            for a in addresses:
+                h = self._health[a]
+                endpoint_views.append(
+                    EndpointView(
+                        address=a,
+                        kinds=roles.get(a, ()),
+                        state=h.state(now).value,
+                        rtt_s=h.rtt_s,
+                        loss_ratio=h.loss_ratio,
+                        consecutive_failures=h.consecutive_failures,
+                        ejected_until=h.ejected_until if h.state(now) is EndpointState.EJECTED else None,
+                        ejections=h.ejections,
+                        last_failure=h.last_failure,
+                    )
+                )
+            if st.usable:
+                state = "suspect" if st.suspect else "up"
+            elif all(self._health[a].probes == 0 for a in r.spec.speech_endpoints):
+                state = "unknown"
+            else:
+                state = "down"
+            ejected = [
+                self._health[a].ejected_until
+                for a in r.spec.speech_endpoints
+                if self._health[a].state(now) is EndpointState.EJECTED
+            ]
+            loss = max((self._health[a].loss_ratio for a in r.spec.speech_endpoints), default=0.0)
+            rtts = [self._health[a].rtt_s for a in r.spec.speech_endpoints if self._health[a].rtt_s is not None]
+            out.append(
+                RegionView(
+                    name=r.spec.name,
+                    state=state,
+                    up=st.usable,
+                    rtt_s=st.rtt_s if st.usable else (min(rtts) if rtts else None),
+                    loss_ratio=st.loss_ratio if st.usable else loss,
+                    active_streams=self.active_streams(r.spec.name),
+                    capacity=r.spec.capacity,
+                    versions=r.versions,
+                    ejected_until=max((e for e in ejected if e is not None), default=None),
+                    endpoints=tuple(endpoint_views),
+                    dialogue_endpoint=r.spec.dialogue_endpoint,
+                )
+            )
+        return out
+
