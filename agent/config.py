@@ -6,6 +6,7 @@ Every key is optional; unknown keys and wrong types are errors that name
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -53,15 +54,41 @@ class MediaSettings:
 
 @dataclass(frozen=True)
 class RegionSettings:
+    """One region's backends (docs/regions.md). ``uri`` is shorthand for one ASR+TTS endpoint."""
+
     name: str
-    uri: str
+    uri: str = ""
     use_ssl: bool = False
+    asr: tuple[str, ...] = ()
+    tts: tuple[str, ...] = ()
+    dialogue: str = ""
+    model_versions: tuple[str, ...] = ()
+    capacity: int = 64
+    home_prefixes: tuple[str, ...] = ()
+    home_networks: tuple[str, ...] = ()
+
+    @property
+    def asr_endpoints(self) -> tuple[str, ...]:
+        return self.asr or ((self.uri,) if self.uri else ())
+
+    @property
+    def tts_endpoints(self) -> tuple[str, ...]:
+        return self.tts or ((self.uri,) if self.uri else ())
+
+
+@dataclass(frozen=True)
+class RoutingSettings:
+    probe_interval_ms: int = 250
+    probe_timeout_ms: int = 500
+    stall_timeout_ms: int = 400
+    hysteresis_ms: int = 15
 
 
 @dataclass(frozen=True)
 class SpeechSettings:
     #: empty: start the embedded speech server on loopback
     regions: tuple[RegionSettings, ...] = ()
+    routing: RoutingSettings = field(default_factory=RoutingSettings)
     voice: str = "kal16"
     #: trailing silence (ms) after which the recogniser finalises an utterance
     stop_history_ms: int = 300
@@ -169,6 +196,31 @@ def _positive(v: int) -> str | None:
     return None if v > 0 else "expected a positive integer"
 
 
+_REGION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+def _region(item: Node, where: str, errors: list[tuple[Mark, str]]) -> RegionSettings:
+    r = _Reader(item, where, errors)
+    r.check_keys(("name", "uri", "use_ssl", "asr", "tts", "dialogue", "model_versions", "capacity", "home"))
+    name = r.get("name", str, "")
+    if not _REGION_NAME.match(name):
+        errors.append((item.mark, f"{where}.name: expected a name of lower-case letters, digits, '_' or '-' "
+                                  f"(it is a metric label), got {name!r}"))
+    uri = r.get("uri", str, "")
+    asr, tts = r.strings("asr", ()), r.strings("tts", ())
+    if not uri and not (asr and tts):
+        errors.append((item.mark, f"{where}: expected 'uri' (host:port of a Riva server) or both 'asr' and 'tts' lists"))
+    prefixes: tuple[str, ...] = ()
+    networks: tuple[str, ...] = ()
+    if (rh := r.sub("home")) is not None:
+        rh.check_keys(("prefixes", "networks"))
+        prefixes, networks = rh.strings("prefixes", ()), rh.strings("networks", ())
+    return RegionSettings(name=name, uri=uri, use_ssl=r.get("use_ssl", bool, False), asr=asr, tts=tts,
+                          dialogue=r.get("dialogue", str, ""), model_versions=r.strings("model_versions", ()),
+                          capacity=r.get("capacity", int, 64, _positive), home_prefixes=prefixes,
+                          home_networks=networks)
+
+
 def load_config(path: str | None) -> ServerConfig:
     """Load *path* (None: all defaults). Raises :class:`ConfigError`."""
     if path is None:
@@ -223,21 +275,29 @@ def load_config(path: str | None) -> ServerConfig:
 
     speech = SpeechSettings()
     if (r := top.sub("speech")) is not None:
-        r.check_keys(("regions", "voice", "stop_history_ms"))
+        r.check_keys(("regions", "routing", "voice", "stop_history_ms"))
         regions: list[RegionSettings] = []
         rn = r.values.get("regions")
         if rn is not None:
             if not isinstance(rn.value, list):
-                errors.append((rn.mark, "config.speech.regions: expected a list of {name, uri}"))
+                errors.append((rn.mark, "config.speech.regions: expected a list of regions ({name, uri} or "
+                                        "{name, asr, tts, ...})"))
             else:
                 for i, item in enumerate(rn.value):
-                    ri = _Reader(item, f"config.speech.regions[{i}]", errors)
-                    ri.check_keys(("name", "uri", "use_ssl"))
-                    name, uri = ri.get("name", str, ""), ri.get("uri", str, "")
-                    if not name or not uri:
-                        errors.append((item.mark, f"config.speech.regions[{i}]: expected 'name' and 'uri' (host:port)"))
-                    regions.append(RegionSettings(name, uri, ri.get("use_ssl", bool, False)))
-        speech = SpeechSettings(regions=tuple(regions), voice=r.get("voice", str, speech.voice),
+                    regions.append(_region(item, f"config.speech.regions[{i}]", errors))
+                names = [reg.name for reg in regions]
+                for i, name in enumerate(names):
+                    if name and names.index(name) != i:
+                        errors.append((rn.value[i].mark, f"config.speech.regions[{i}]: duplicate region name {name!r}"))
+        routing = RoutingSettings()
+        if (rr := r.sub("routing")) is not None:
+            rr.check_keys(("probe_interval_ms", "probe_timeout_ms", "stall_timeout_ms", "hysteresis_ms"))
+            routing = RoutingSettings(
+                probe_interval_ms=rr.get("probe_interval_ms", int, routing.probe_interval_ms, _positive),
+                probe_timeout_ms=rr.get("probe_timeout_ms", int, routing.probe_timeout_ms, _positive),
+                stall_timeout_ms=rr.get("stall_timeout_ms", int, routing.stall_timeout_ms, _positive),
+                hysteresis_ms=rr.get("hysteresis_ms", int, routing.hysteresis_ms, _positive))
+        speech = SpeechSettings(regions=tuple(regions), routing=routing, voice=r.get("voice", str, speech.voice),
                                 stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive))
 
     metrics = MetricsSettings()

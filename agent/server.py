@@ -32,7 +32,11 @@ from agent.webhook import call_webhook
 from agent.endpointer import EndpointerConfig
 from agent.metrics import AgentMetrics
 from agent.session import CallSession, SessionSettings
-from agent.speech import SpeechClient
+from agent.model_client import ask_model
+from agent.region_probe import RegionProber
+from agent.regions import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
+from agent.regions_web import RegionsResource, register_region_metrics
+from agent.speech_failover import FailoverSettings, RegionalSpeech, SpeechClientPool
 from media.trim import trim_silence
 from media.vad import VadConfig
 from sip.message import SipRequest
@@ -93,6 +97,10 @@ class _Admitted:
     flow: str
     dialplan: Dialplan
     at: float
+    selection: Selection | None = None
+    pinned: tuple[str, ...] = ()
+    need_dialogue: bool = False
+    source_ip: str | None = None
 
 
 class AgentServer:
@@ -113,8 +121,12 @@ class AgentServer:
         self.prompts = PromptAudioCache()
         self.sessions: dict[str, CallSession] = {}
         self._admitted: dict[str, _Admitted] = {}
-        self.speech: SpeechClient | None = None
+        self.speech: Any = None  # a client of the best region's TTS, for the prompt cache
         self.speech_uri = ""
+        self.selector: RegionSelector | None = None
+        self.prober: RegionProber | None = None
+        self.pool = SpeechClientPool()
+        self.region_metrics: Any = None
         self._speech_proc: _SpeechServerProcess | None = None
         self._speech_transport: Any = None
         self.stack: SipStack | None = None
@@ -149,12 +161,30 @@ class AgentServer:
     def start(self) -> Any:
         regions = self.config.speech.regions
         if regions:
-            self.speech_uri = regions[0].uri
-            log.info("speech backend: region {name} at {uri}", name=regions[0].name, uri=self.speech_uri)
+            specs = [RegionSpec(r.name, r.asr_endpoints, r.tts_endpoints, dialogue_endpoint=r.dialogue or None,
+                                model_versions=frozenset(r.model_versions), capacity=r.capacity,
+                                home_prefixes=r.home_prefixes, home_networks=r.home_networks) for r in regions]
+            for r in regions:
+                log.info("speech region {name}: asr {asr}, tts {tts}", name=r.name, asr=",".join(r.asr_endpoints),
+                         tts=",".join(r.tts_endpoints))
         else:
-            self.speech_uri = yield self._start_embedded_speech()
-            log.info("speech backend: embedded speech server at {uri}", uri=self.speech_uri)
-        self.speech = SpeechClient(self.speech_uri, use_ssl=bool(regions and regions[0].use_ssl))
+            address = yield self._start_embedded_speech()
+            log.info("speech backend: embedded speech server at {uri}", uri=address)
+            specs = [RegionSpec("local", (address,), (address,), capacity=64)]
+        routing = self.config.speech.routing
+        self.selector = RegionSelector(specs, health=HealthPolicy(),
+                                       selection=SelectionPolicy(hysteresis_ms=routing.hysteresis_ms))
+        self.region_metrics = register_region_metrics(self.metrics.registry, self.selector, self.reactor.seconds)
+        self.prober = RegionProber(self.reactor, self.selector, interval_s=routing.probe_interval_ms / 1000.0,
+                                   timeout_s=routing.probe_timeout_ms / 1000.0,
+                                   on_probe=self.region_metrics.observe_probe)
+        self.prober.start()
+        yield self.prober.ready
+        best = self.selector.select(None, None, (), None, now=self.reactor.seconds())
+        if isinstance(best, NoRegion):
+            raise RuntimeError(f"no speech region is usable: {best.reason} ({best.detail})")
+        self.speech_uri = best.tts_endpoint
+        self.speech = self.pool.get(best.tts_endpoint)
         yield threads.deferToThread(self.speech.wait_ready, 60.0)
         self.metrics.speech_up.set(1)
         self._health_loop = LoopingCall(self._check_speech)
@@ -219,6 +249,11 @@ class AgentServer:
         root = Resource()
         root.putChild(b"metrics", MetricsResource(registry=self.metrics.registry))
         root.putChild(b"healthz", _Health(self))
+        if self.selector is not None:
+            root.putChild(b"regions", RegionsResource(
+                self.selector, self.reactor.seconds,
+                calls_on=lambda region: [cid for cid, s in self.sessions.items()
+                                         if getattr(s, "region", None) == region]))
         self.web_port = self.reactor.listenTCP(self.config.metrics.port, Site(root),
                                                interface=self.config.metrics.host)
 
@@ -240,8 +275,9 @@ class AgentServer:
             self.stack = None
         if self._health_loop is not None and self._health_loop.running:
             self._health_loop.stop()
-        if self.speech is not None:
-            self.speech.close()
+        if self.prober is not None:
+            self.prober.stop()
+        self.pool.close()
         ds = []
         if self.web_port is not None:
             ds.append(defer.maybeDeferred(self.web_port.stopListening))
@@ -274,8 +310,26 @@ class AgentServer:
             log.info("call {call_id} from {caller} to {called} refused: 404 no route",
                      call_id=call_id, caller=request.caller, called=request.called)
             return Rejection(404, "Not Found")
-        self._admitted[call_id] = _Admitted(flow, self.dialplan, self.reactor.seconds())
+        dialplan = self.dialplan
+        pinned, need_dialogue = _flow_needs(dialplan, flow)
+        source_ip = _source_ip(request)
+        choice = self._select_region(request.caller, source_ip, pinned, request.header("x-openclaw-region"),
+                                     need_dialogue)
+        if isinstance(choice, NoRegion):
+            self.metrics.calls.labels("rejected_capacity").inc()
+            log.info("call {call_id} refused: 503, no speech region ({reason}: {detail})", call_id=call_id,
+                     reason=choice.reason, detail=choice.detail)
+            return Rejection(503, "Service Unavailable", (("Retry-After", str(choice.retry_after_s)),))
+        self._admitted[call_id] = _Admitted(flow, dialplan, self.reactor.seconds(), choice, pinned, need_dialogue,
+                                            source_ip)
         return None
+
+    def _select_region(self, caller: str, source_ip: str | None, pinned: tuple[str, ...], sticky: str | None,
+                       need_dialogue: bool) -> Selection | NoRegion:
+        assert self.selector is not None
+        choice = self.selector.select(caller or None, source_ip, pinned, sticky or None, now=self.reactor.seconds(),
+                                      need_dialogue=need_dialogue)
+        return choice
 
     def _pending_admissions(self) -> int:
         # INVITEs admitted by the gate that pjsua has not turned into calls yet.
@@ -295,9 +349,17 @@ class AgentServer:
                 self.metrics.calls.labels("rejected_no_route").inc()
                 call.answer(404, "Not Found")
                 return
-            admitted = _Admitted(flow, self.dialplan, self.reactor.seconds())
+            pinned, need_dialogue = _flow_needs(self.dialplan, flow)
+            choice = self._select_region(call.caller, None, pinned, call.header("x-openclaw-region"), need_dialogue)
+            if isinstance(choice, NoRegion):
+                self.metrics.calls.labels("rejected_capacity").inc()
+                call.answer(503, "Service Unavailable", (("Retry-After", str(choice.retry_after_s)),))
+                return
+            admitted = _Admitted(flow, self.dialplan, self.reactor.seconds(), choice, pinned, need_dialogue)
+        selection = admitted.selection
+        assert selection is not None
         variables = {
-            "caller": call.caller, "called": call.called, "call_id": cid, "region": "local",
+            "caller": call.caller, "called": call.called, "call_id": cid, "region": selection.region,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         for name, value in self.config.variables:
@@ -313,11 +375,20 @@ class AgentServer:
                 complete_silence_ms=self.config.endpointing.complete_silence_ms,
                 incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,
                 continuation_silence_ms=self.config.endpointing.continuation_silence_ms))
-        assert self.speech is not None
-        session = CallSession(cid, dialogue, self.speech, _Control(call, self), self.reactor, prompts=self.prompts,
+        routing = self.config.speech.routing
+        assert self.selector is not None
+        speech = RegionalSpeech(self.reactor, self.selector, self.pool, selection, call_id=cid,
+                                caller_number=call.caller or None, source_ip=admitted.source_ip,
+                                pinned_versions=admitted.pinned, need_dialogue=admitted.need_dialogue,
+                                settings=FailoverSettings(stall_timeout_ms=routing.stall_timeout_ms),
+                                on_failover=lambda event: self._on_failover(cid, event))
+        session = CallSession(cid, dialogue, speech, _Control(call, self), self.reactor, prompts=self.prompts,
                               metrics=self.metrics, settings=settings, on_ended=self._session_ended,
                               webhooks=lambda request: call_webhook(self.reactor, request),
-                              recordings_dir=self.config.recordings_dir)
+                              recordings_dir=self.config.recordings_dir,
+                              model=self._model_for(selection))
+        session.region = selection.region  # type: ignore[attr-defined]
+        session.regional_speech = speech  # type: ignore[attr-defined]
         session.caller = call.caller  # type: ignore[attr-defined]
         session.called = call.called  # type: ignore[attr-defined]
         session.flow = admitted.flow  # type: ignore[attr-defined]
@@ -348,9 +419,11 @@ class AgentServer:
 
         call.callbacks.on_disconnected = disconnected
         call.attach_media(session.media, session.playout)
-        log.info("call {call_id} from {caller} to {called}: answering with flow {flow}",
-                 call_id=cid, caller=call.caller, called=call.called, flow=admitted.flow)
-        call.answer(200)
+        call.region = selection.region
+        log.info("call {call_id} from {caller} to {called}: answering with flow {flow}, region {region} ({why})",
+                 call_id=cid, caller=call.caller, called=call.called, flow=admitted.flow, region=selection.region,
+                 why=selection.reason)
+        call.answer(200, headers=(("X-OpenClaw-Region", selection.region),))
 
     def _session_ended(self, session: CallSession) -> None:
         if self.sessions.pop(session.call_id, None) is None:
@@ -359,7 +432,12 @@ class AgentServer:
         self.metrics.active_calls.dec()
         duration = self.reactor.seconds() - session.started_at
         self.metrics.call_duration.observe(duration)
+        speech = getattr(session, "regional_speech", None)
+        if speech is not None:
+            speech.close()
         record = session.record()
+        if speech is not None:
+            record.update(speech.record())
         record.update({
             "caller": getattr(session, "caller", ""), "called": getattr(session, "called", ""),
             "flow": getattr(session, "flow", ""), "codec": getattr(session, "codec", ""),
@@ -390,11 +468,43 @@ class AgentServer:
             log.error("call {call_id} record not written to {path}: {err}", call_id=record["call_id"],
                       path=path, err=e)
 
+    def _on_failover(self, call_id: str, event: Any) -> None:
+        log.warn("call {call_id} speech failover: {event}", call_id=call_id, event=event)
+
+    def _model_for(self, selection: Selection) -> Any:
+        url = selection.dialogue_endpoint
+        if not url:
+            return None
+        return lambda action: ask_model(self.reactor, url, action)
+
     def _on_registration(self, code: int, reason: str, expiration: int) -> None:
         self.metrics.registration_status.set(code)
         up = 200 <= code < 300 and expiration > 0
         self.metrics.registration_up.set(1 if up else 0)
         log.info("registration: {code} {reason} (expires in {exp} s)", code=code, reason=reason, exp=expiration)
+
+
+def _flow_needs(dialplan: Dialplan, flow: str) -> tuple[tuple[str, ...], bool]:
+    """(pinned model versions, needs a dialogue model) of *flow*."""
+    pinned: tuple[str, ...] = ()
+    try:
+        model = dialplan.flow(flow).settings.asr_model
+    except (KeyError, AttributeError):
+        model = None
+    if model:
+        pinned = (f"asr:{model}",)
+    needs = getattr(dialplan, "needs_model", None)
+    return pinned, bool(needs(flow)) if callable(needs) else False
+
+
+def _source_ip(request: SipRequest) -> str | None:
+    """The caller's address from the top Via (received= when a proxy or NAT rewrote it)."""
+    via = request.header("via") or ""
+    m = re.search(r"received=([0-9a-fA-F.:]+)", via)
+    if m:
+        return m.group(1)
+    m = re.search(r"SIP/2\.0/\w+\s+\[?([0-9a-fA-F.:]+?)\]?(?::\d+)?(?:;|\s|$)", via)
+    return m.group(1) if m else None
 
 
 class _Control:
@@ -409,7 +519,8 @@ class _Control:
             self.leg.hangup()
 
     def transfer(self, target_uri: str) -> bool:
-        return self._call.transfer(target_uri)
+        region = getattr(self._call, "region", "")
+        return self._call.transfer(target_uri, (("X-OpenClaw-Region", region),) if region else ())
 
     def bridge(self, target_uri: str, timeout_ms: int, on_result: Any) -> None:
         """Dial *target_uri* and, once it answers, connect the caller's audio to it."""
@@ -426,7 +537,11 @@ class _Control:
                 on_result(ok, reason)
 
         try:
-            leg = stack.make_call(target_uri, (("X-OpenClaw-Transferred-From", self._call.sip_call_id),))
+            headers = [("X-OpenClaw-Transferred-From", self._call.sip_call_id)]
+            region = getattr(self._call, "region", "")
+            if region:
+                headers.append(("X-OpenClaw-Region", region))
+            leg = stack.make_call(target_uri, tuple(headers))
         except Exception as e:  # noqa: BLE001 -- pjsua2 raises its own Error type
             report(False, f"cannot dial {target_uri}: {e}")
             return

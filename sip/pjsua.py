@@ -189,6 +189,8 @@ class SipCall:
         self.sip_call_id = request.call_id if request else ""
         self.codec = ""
         self.last_status = 0
+        #: the speech region serving the call (sent on later legs as X-OpenClaw-Region)
+        self.region = ""
 
     # -- attributes -----------------------------------------------------
     @property
@@ -234,12 +236,14 @@ class SipCall:
         except pj.Error as e:
             log.warn("hangup failed: {err}", err=e.info(), call_id=self.sip_call_id)
 
-    def transfer(self, target_uri: str) -> bool:
+    def transfer(self, target_uri: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
         """Blind transfer with REFER; progress arrives at ``on_transfer_status``."""
         if self._pj is None or self.disconnected:
             return False
+        prm = pj.CallOpParam(True)
+        _add_headers(prm, headers)
         try:
-            self._pj.xfer(target_uri, pj.CallOpParam(True))
+            self._pj.xfer(target_uri, prm)
             return True
         except pj.Error as e:
             log.warn("REFER to {uri} failed: {err}", uri=target_uri, err=e.info(), call_id=self.sip_call_id)
