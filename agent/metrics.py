@@ -43,6 +43,15 @@ class AgentMetrics:
                                      buckets=_FRAME_BUCKETS + (0.1, 0.2, 0.5), registry=r)
         self.cut_ins = Counter("openclaw_cut_ins_total",
                                "Turns the caller went on talking after the agent had taken them", registry=r)
+        self.barge_in_decision = Histogram(
+            "openclaw_barge_in_decision_seconds", "Start of the caller's voice to the prompt pausing",
+            buckets=(0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3, 0.5), registry=r)
+        self.barge_in_outcomes = Counter(
+            "openclaw_barge_in_pauses_total",
+            "Prompts paused for the caller's voice: interrupted, or resumed (an acknowledgement)",
+            ["outcome"], registry=r)
+        for outcome in ("interrupted", "resumed"):
+            self.barge_in_outcomes.labels(outcome)
         self.barge_ins = Counter("openclaw_barge_ins_total", "Agent prompts interrupted by the caller", registry=r)
         self.media_frame_work = Histogram("openclaw_media_frame_work_seconds",
                                           "Work per received frame on the media clock thread",

@@ -31,12 +31,18 @@ from agent.dialogue import (
     WebhookResult,
 )
 from agent.audio_util import StreamResampler
-from agent.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer
+from agent.endpointer import (
+    BACKCHANNELS, EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, words,
+)
 from agent.metrics import AgentMetrics
 from media.frames import SAMPLE_RATE_HZ, duration_ms
 from media.frames import duration_ms as duration_ms_of
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
 from media.trim import LeadingSilenceGate
+from media.voicing import PeriodicityMeter
+
+#: periodicity above which a frame counts as voice rather than noise
+PERIODIC_VOICE = 0.45
 from media.vad import EnergyVad, VadConfig, VadEvent, VadEventType
 
 log = Logger(namespace="openclaw.session")
@@ -102,6 +108,9 @@ class SessionSettings:
     vad: VadConfig = field(default_factory=VadConfig)
     stop_history_ms: int = 300
     asr_reopen_limit: int = 3
+    #: a voice shorter than this during an interruptible prompt, whose words are not a request,
+    #: is an acknowledgement ("uh-huh", "okay"): the paused prompt resumes
+    backchannel_max_ms: int = 450
     endpointer: EndpointerConfig = field(default_factory=EndpointerConfig)
     #: an intent match this sure counts as a complete request for endpointing (the dialogue
     #: itself accepts weaker matches once the turn is over)
@@ -123,6 +132,19 @@ class MediaPipeline:
         self._perf = perf_counter
         self._monotonic = monotonic
         self.asr: RecognitionStream | None = None
+        #: the reactor sets this while a prompt that caller speech may interrupt is playing;
+        #: the clock thread then pauses *playout* the moment a voice starts
+        self.barge_armed = False
+        self.playout: PlayoutBuffer | None = None
+        self.onset_periodic_ms = 30.0
+        self._meter = PeriodicityMeter()
+        self._frame_ms = float(frame_ms)
+        self._run_ms = 0.0
+        self._periodic_ms = 0.0
+        self._gap_ms = 0.0
+        self._run_started_at = 0.0
+        self._onset_sent = False
+        self.on_onset: Callable[[float, bool], None] | None = None
         #: when set, received frames are appended here too (a caller message being recorded)
         self.recorder: list[bytes] | None = None
         #: converts bridge audio to the rate the recogniser is told (8 kHz for G.711 calls)
@@ -139,6 +161,12 @@ class MediaPipeline:
         now = self._monotonic()
         if self._vad.last_voiced_end_ms == self._vad.now_ms:
             self.last_voiced_at = now
+            self._voice_onset(pcm, now)
+        else:
+            self._gap_ms += self._frame_ms
+            if self._gap_ms >= 60.0:
+                self._run_ms = self._periodic_ms = 0.0
+                self._onset_sent = False
         recorder = self.recorder
         if recorder is not None:
             recorder.append(pcm)
@@ -157,6 +185,23 @@ class MediaPipeline:
                 self._metrics.media_deadline_misses.inc()
         if spent > self._deadline_s:
             self.deadline_misses += 1
+
+
+    def _voice_onset(self, pcm: bytes, now: float) -> None:
+        """Detect a voice (periodic sound) starting; pause an interruptible prompt at once."""
+        if self._run_ms == 0.0:
+            self._run_started_at = now - self._frame_ms / 1000.0
+        self._gap_ms = 0.0
+        self._run_ms += self._frame_ms
+        if self._onset_sent:
+            return
+        if self._meter.feed(pcm) >= PERIODIC_VOICE:
+            self._periodic_ms += self._frame_ms
+        if self._periodic_ms >= self.onset_periodic_ms:
+            self._onset_sent = True
+            paused = self.barge_armed and self.playout is not None and self.playout.pause()
+            if self.on_onset is not None:
+                self._reactor.callFromThread(self.on_onset, self._run_started_at, paused)
 
 
 class CallSession:
@@ -184,6 +229,11 @@ class CallSession:
         self.vad = EnergyVad(self.settings.vad, self.settings.sample_rate_hz)
         self.media = MediaPipeline(reactor, self.vad, self._on_vad_events, metrics, self.settings.frame_ms,
                                    monotonic=monotonic)
+        self.media.playout = self.playout
+        self.media.on_onset = self._on_voice_onset
+        self._barge: dict[str, Any] | None = None
+        self._barge_timer: IDelayedCall | None = None
+        self.false_interruptions = 0
         self._pending: deque[Action] = deque()
         self._current: Action | None = None
         self._current_segment: int | None = None
@@ -246,7 +296,8 @@ class CallSession:
         self.end_reason = reason
         self._cancel_no_input()
         self._cancel_endpoint_timer()
-        for timer in (self._max_duration_timer, self._record_timer):
+        self.media.barge_armed = False
+        for timer in (self._max_duration_timer, self._record_timer, self._barge_timer):
             if timer is not None and timer.active():
                 timer.cancel()
         if self._record is not None:
@@ -323,6 +374,9 @@ class CallSession:
         if self.ended:
             return
         turn_text = self.transcripts.on_interim(text)
+        if self._barge is not None and self._says_something(turn_text):
+            self._commit_barge_in("words")
+            return
         if self._listening:
             self._handle_endpoint(self.endpointer.on_transcript(turn_text, self._now_ms()))
 
@@ -415,26 +469,110 @@ class CallSession:
                 self._caller_speaking = True
                 self._speech_started_at = at
                 self._cancel_no_input()
-                self._interrupt_prompt()
                 if self._listening:
                     self.endpointer.on_speech_start(at * 1000.0)
                     self._cancel_endpoint_timer()
             else:
                 self._caller_speaking = False
                 self._last_speech_end = at
+                if self._barge is not None:
+                    self._schedule_barge_check(0.15)
                 if self._listening:
                     self._handle_endpoint(self.endpointer.on_speech_end(at * 1000.0, self._now_ms()))
                     if self._listen is not None and not self.endpointer.in_turn:
                         self._start_no_input(self._listen.no_input_timeout_ms)
 
-    def _interrupt_prompt(self, by_key: bool = False) -> None:
+    # -- barge-in ----------------------------------------------------------------
+    def _arm_barge_in(self) -> None:
+        current = self._current
+        self.media.barge_armed = (isinstance(current, Say) and current.barge_in
+                                  and any(isinstance(a, Listen) for a in self._pending))
+
+    def _on_voice_onset(self, started_at: float, paused: bool) -> None:
+        """A voice began (clock thread has already paused an interruptible prompt if *paused*)."""
+        if self.ended or not paused:
+            return
+        if not isinstance(self._current, Say):
+            self.playout.resume()
+            return
+        self._barge = {"started": started_at, "paused_at": self._monotonic()}
+        if self._metrics:
+            self._metrics.barge_in_decision.observe(max(0.0, self._monotonic() - started_at))
+        log.info("call {call_id} caller's voice: prompt paused", **self.log_fields)
+        wait = started_at + self.settings.backchannel_max_ms / 1000.0 - self._monotonic()
+        self._schedule_barge_check(max(0.0, wait))
+
+    def _schedule_barge_check(self, delay_s: float) -> None:
+        if self._barge_timer is not None and self._barge_timer.active():
+            self._barge_timer.cancel()
+        self._barge_timer = self._reactor.callLater(delay_s, self._barge_check)
+
+    def _barge_check(self) -> None:
+        self._barge_timer = None
+        barge = self._barge
+        if barge is None or self.ended:
+            return
+        now = self._monotonic()
+        spoke_ms = (max(self.media.last_voiced_at, barge["started"]) - barge["started"]) * 1000.0
+        still_talking = self._caller_speaking or now - self.media.last_voiced_at < 0.1
+        if still_talking:
+            if spoke_ms >= self.settings.backchannel_max_ms:
+                self._commit_barge_in("long enough")
+            else:
+                self._schedule_barge_check(max(0.02, (self.settings.backchannel_max_ms - spoke_ms) / 1000.0))
+            return
+        if spoke_ms >= self.settings.backchannel_max_ms or self._says_something(self.transcripts.text):
+            self._commit_barge_in("spoke")
+            return
+        # A short acknowledgement, a cough with a voice in it: carry on where the prompt stopped.
+        self._barge = None
+        self.false_interruptions += 1
+        self.playout.resume()
+        if self._metrics:
+            self._metrics.barge_in_outcomes.labels("resumed").inc()
+        log.info("call {call_id} caller's {ms:.0f} ms of voice ({text!r}) did not interrupt; prompt resumed",
+                 ms=spoke_ms, text=self.transcripts.text, **self.log_fields)
+
+    def _says_something(self, text: str) -> bool:
+        """Words that are more than an acknowledgement: a request, or several real words."""
+        if not text.strip() or is_backchannel(text):
+            return False
+        if self._is_complete(text):
+            return True
+        real = [w for w in words(text) if w not in BACKCHANNELS]
+        return len(real) >= 3
+
+    def _commit_barge_in(self, why: str) -> None:
+        barge, self._barge = self._barge, None
+        if self._barge_timer is not None and self._barge_timer.active():
+            self._barge_timer.cancel()
+        self._barge_timer = None
+        if barge is None:
+            return
+        if self._speech_started_at is None or self._speech_started_at < barge["started"] - 1.0:
+            self._speech_started_at = barge["started"]
+        self._caller_speaking = self._caller_speaking or self._monotonic() - self.media.last_voiced_at < 0.1
+        if self._metrics:
+            self._metrics.barge_in_outcomes.labels("interrupted").inc()
+        log.info("call {call_id} barge-in confirmed ({why})", why=why, **self.log_fields)
+        if not self._interrupt_prompt():
+            self.playout.resume()
+        elif self._listening:
+            self.endpointer.on_speech_start(barge["started"] * 1000.0)
+            self._handle_endpoint(self.endpointer.on_transcript(self.transcripts.text, self._now_ms()))
+
+    def _interrupt_prompt(self, by_key: bool = False) -> bool:
         """Barge-in: stop a prompt that allows it and start listening at once."""
         current = self._current
         if not isinstance(current, Say) or not (current.keys_interrupt if by_key else current.barge_in):
-            return
+            return False
         # Only interrupt when a Listen follows; a closing prompt plays out.
         if not any(isinstance(a, Listen) for a in self._pending):
-            return
+            return False
+        if self._barge is not None:
+            self._barge = None
+            if self._barge_timer is not None and self._barge_timer.active():
+                self._barge_timer.cancel()
         self.barge_ins += 1
         if self._metrics:
             self._metrics.barge_ins.inc()
@@ -449,7 +587,9 @@ class CallSession:
         while self._pending and not isinstance(self._pending[0], Listen):
             self._pending.popleft()
         log.info("call {call_id} barge-in: prompt stopped", **self.log_fields)
+        self.media.barge_armed = False
         self._advance()
+        return True
 
     # -- actions --------------------------------------------------------------
     def _run(self, actions: list[Action]) -> None:
@@ -459,6 +599,10 @@ class CallSession:
         self._advance()
 
     def _advance(self) -> None:
+        self._advance_actions()
+        self._arm_barge_in()
+
+    def _advance_actions(self) -> None:
         while not self.ended and self._current is None and self._pending:
             action = self._pending.popleft()
             if isinstance(action, Say):
@@ -754,6 +898,7 @@ class CallSession:
             "call_id": self.call_id,
             "end_reason": self.end_reason,
             "barge_ins": self.barge_ins,
+            "false_interruptions": self.false_interruptions,
             "cut_ins": self.cut_ins,
             "transfer_target": self.transfer_target,
             "recordings": self.recordings,

@@ -58,6 +58,7 @@ class PlayoutBuffer:
         self.underruns = 0
         self.frames_pulled = 0
         self.voiced_frames = 0
+        self._paused = False
 
     # -- reactor side ---------------------------------------------------
     def open_segment(self) -> int:
@@ -98,10 +99,30 @@ class PlayoutBuffer:
         self.close_segment(sid)
         return sid
 
+    def pause(self) -> bool:
+        """Hold the queued audio where it is and send silence (a possible interruption).
+
+        Thread-safe; returns False when nothing is playing."""
+        with self._lock:
+            if not self._segments or self._paused:
+                return False
+            self._paused = True
+            return True
+
+    def resume(self) -> None:
+        """Continue a paused segment exactly where it stopped."""
+        with self._lock:
+            self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
     def flush(self) -> list[PlayoutEvent]:
         """Drop everything queued (barge-in). Returns a FLUSHED event per segment."""
         now = self._monotonic()
         with self._lock:
+            self._paused = False
             dropped = list(self._segments)
             self._segments.clear()
             self._by_id.clear()
@@ -123,7 +144,7 @@ class PlayoutBuffer:
         out = bytearray()
         with self._lock:
             self.frames_pulled += 1
-            while len(out) < nbytes and self._segments:
+            while len(out) < nbytes and self._segments and not self._paused:
                 seg = self._segments[0]
                 if not seg.started and seg.chunks:
                     seg.started = True

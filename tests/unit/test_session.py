@@ -177,17 +177,73 @@ def test_spoken_request_gets_the_balance_and_latency_is_measured():
     assert turn.latency_ms is not None and 250.0 <= turn.latency_ms <= 300.0
 
 
-def test_caller_speech_during_menu_interrupts_it():
-    """Barge-in: the prompt is flushed within a frame of the VAD onset and what was heard is recorded."""
+def noise_frame(seed: int) -> bytes:
+    import random
+
+    rng = random.Random(seed)
+    return struct.pack("<160h", *(int(rng.gauss(0, 4000)) for _ in range(160)))
+
+
+def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
+    """Barge-in: 30 ms of voice pauses the prompt; speech going on past 450 ms interrupts it."""
     h = Harness()
     h.session.start()
     h.tick(40)  # part of the greeting
-    h.tick(6, caller=tone_frame())
+    h.tick(4, caller=tone_frame())
+    assert h.session.playout.paused
+    assert h.session.playout.pull_frame(FRAME) == bytes(FRAME)
+    assert h.session.barge_ins == 0
+    h.tick(45, caller=tone_frame())
     assert h.session.barge_ins == 1
     assert not h.session.playout.busy
     assert h.session._listening
     greeting = h.session.turns[0].agent_prompts[0]
     assert greeting["interrupted"] and 0 < greeting["played_ms"] < greeting["total_ms"]
+
+
+def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
+    """ "uh-huh" (250 ms of voice, recognised as a backchannel) does not stop the prompt."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    played_before = h.session.playout.frames_pulled
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("uh huh")
+    h.tick(15, caller=tone_frame())
+    assert h.session.playout.paused
+    h.tick(25)
+    assert not h.session.playout.paused
+    assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
+    h.play_out()
+    greeting = h.session.turns[0].agent_prompts[0]
+    assert not greeting["interrupted"] and greeting["played_ms"] == greeting["total_ms"]
+    assert h.said()[1].startswith("How can I help you")
+    assert played_before > 0
+
+
+def test_a_noise_burst_does_not_pause_the_prompt():
+    """100 ms of loud noise (no pitch) leaves the prompt playing."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    for i in range(10):
+        h.tick(1, caller=noise_frame(i))
+        assert not h.session.playout.paused
+    h.tick(30)
+    assert h.session.barge_ins == 0 and h.session.false_interruptions == 0
+
+
+def test_a_short_request_during_a_prompt_interrupts_it():
+    """A short but complete request ("goodbye") interrupts without waiting 450 ms."""
+    h = Harness()
+    h.session.start()
+    h.tick(120)  # into the menu prompt
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("goodbye")
+    assert h.session.barge_ins == 1
+    h.tick(10, caller=tone_frame())
+    h.tick(10)
+    assert any(t.startswith("Thank you for calling OpenClaw Bank. Goodbye") for t in h.said())
 
 
 def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():

@@ -1,0 +1,44 @@
+"""Is a frame the periodic sound of a voice, or noise? (sans-I/O, numpy)
+
+Voiced speech repeats at its pitch period (2.5-12.5 ms, 80-400 Hz); a click,
+a breath, a cough or line noise does not. The peak of the normalised
+autocorrelation over those lags, on the last 30 ms of audio, separates them:
+about 0.7-0.95 on vowels, below 0.3 on white noise.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from media.frames import SAMPLE_RATE_HZ
+
+
+class PeriodicityMeter:
+    """Feed consecutive frames; :meth:`feed` returns the periodicity (0..1) of the latest window."""
+
+    def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, window_ms: int = 30,
+                 min_pitch_hz: float = 80.0, max_pitch_hz: float = 400.0) -> None:
+        self._n = sample_rate_hz * window_ms // 1000
+        self._buf = np.zeros(self._n, dtype=np.float64)
+        self._kmin = int(sample_rate_hz / max_pitch_hz)
+        self._kmax = min(int(sample_rate_hz / min_pitch_hz), self._n - 1)
+        self._nfft = 1 << (2 * self._n - 1).bit_length()
+        # Unbias: lag k sums n-k products.
+        self._scale = self._n / (self._n - np.arange(self._kmin, self._kmax + 1))
+
+    def feed(self, pcm: bytes) -> float:
+        x = np.frombuffer(pcm, dtype="<i2").astype(np.float64)
+        if len(x) >= self._n:
+            self._buf = x[-self._n:].copy()
+        else:
+            self._buf = np.concatenate((self._buf[len(x):], x))
+        return self.periodicity(self._buf)
+
+    def periodicity(self, x: np.ndarray) -> float:
+        x = x - x.mean()
+        energy = float(np.dot(x, x))
+        if energy < 1e-3 * len(x):
+            return 0.0
+        spec = np.fft.rfft(x, self._nfft)
+        ac = np.fft.irfft(spec * np.conj(spec), self._nfft)[: self._kmax + 1]
+        r = ac[self._kmin: self._kmax + 1] / ac[0] * self._scale
+        return float(max(0.0, min(1.0, r.max())))
