@@ -41,6 +41,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dialplan", action="append", help="dialplan file (repeatable; default dialplans/default.yaml)")
     s.add_argument("--call-records", help="JSON-lines file of call records ('' to only log them)")
     s.add_argument("--log-format", choices=("text", "json"), default="text")
+    s.add_argument("--metrics-host", help="address of /metrics and /healthz (default 0.0.0.0)")
+    s.add_argument("--rtp-port", type=int, help="first RTP port (default 4000)")
+    s.add_argument("--rtp-port-range", type=int, help="how many RTP ports from --rtp-port (default 200)")
+    s.add_argument("--drain-timeout", type=float, default=None, metavar="S",
+                   help="when draining (SIGTERM to the supervisor, SIGUSR1 or POST /admin/drain to a "
+                        "worker), calls still up after S seconds are ended with a goodbye (default 300)")
+    w = s.add_argument_group("workers (see docs/scaling.md)")
+    w.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="run N worker processes under a supervisor (default 1: one process, no supervisor)")
+    w.add_argument("--front", choices=("none", "kamailio"), default="none",
+                   help="kamailio: start Kamailio on --host:--port and dispatch calls to the workers")
+    w.add_argument("--worker-port", type=int, metavar="PORT",
+                   help="SIP port of worker 0; worker i listens on PORT+i (default: --port + 100)")
+    w.add_argument("--worker-host", metavar="ADDR",
+                   help="SIP/RTP address of the workers (default: --host; 127.0.0.1 when that is 0.0.0.0 "
+                        "and --front kamailio)")
+    w.add_argument("--run-dir", metavar="DIR",
+                   help="where the supervisor writes dispatcher.list, kamailio.cfg defines and sockets "
+                        "(default var/run/openclaw-PORT)")
+    w.add_argument("--kamailio-cfg", metavar="FILE", help="Kamailio config (default ops/kamailio/kamailio.cfg)")
+    w.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)
+    w.add_argument("--embedded-speech", help=argparse.SUPPRESS)
 
     ss = sub.add_parser("speech-server", help="run the embedded Riva-compatible speech server")
     ss.add_argument("--listen", default="127.0.0.1:50051", help="address to listen on (host:port)")
@@ -65,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--voiced-dbfs", type=float, default=-40.0, help="level above which a packet is voiced")
     lr.add_argument("--caller-gap-ms", type=float, default=700.0,
                     help="caller pauses shorter than this stay inside one turn")
+    lr.add_argument("--agent-gap-ms", type=float, default=450.0,
+                    help="the agent counts as silent after a gap this long (flite pauses ~380 ms between sentences)")
 
     d = sub.add_parser("dialplan", help="dialplan tools")
     dsub = d.add_subparsers(dest="dialplan_command", required=True)

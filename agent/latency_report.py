@@ -68,6 +68,7 @@ def call_timelines(packets: list[UdpPacket], *, voiced_dbfs: float = VOICED_DBFS
         tl = analyse(call.call_id, voiced_times(from_caller, voiced_dbfs), voiced_times(to_caller, voiced_dbfs),
                      caller_gap_ms=caller_gap_ms, agent_gap_ms=agent_gap_ms)
         tl.caller_packets = g711_times(from_caller)
+        tl.started_s = call.started_s
         out.append(tl)
     return out
 
@@ -87,11 +88,15 @@ def stats(values: list[float]) -> dict[str, float]:
 
 def summary(tls: list[CallTimeline]) -> dict[str, Any]:
     turns = [e.latency_ms for t in tls for e in t.events if e.kind == "turn"]
-    barge = [e.latency_ms for t in tls for e in t.events if e.kind == "barge_in"]
+    barge_ins = [e for t in tls for e in t.events if e.kind == "barge_in"]
     cut_ins = [e for t in tls for e in t.events if e.kind == "cut_in"]
     talk_overs = [e for t in tls for e in t.events if e.kind == "talk_over"]
+    # Spurts the agent talked through are left out of the barge-in latency: without ground
+    # truth they may be noises or backchannels it was right to ignore (the bench knows which).
+    through = {(t.call_id, e.at_s) for t in tls for e in t.events if e.kind == "talk_over"}
+    barge = [e.latency_ms for t in tls for e in t.events if e.kind == "barge_in" and (t.call_id, e.at_s) not in through]
     out: dict[str, Any] = {"calls": len(tls), "turns": len(turns), "cut_ins": len(cut_ins),
-                           "barge_ins": len(barge), "talk_overs": len(talk_overs)}
+                           "barge_ins": len(barge_ins), "talk_overs": len(talk_overs)}
     for name, values in (("turn_latency_ms", turns), ("barge_in_latency_ms", barge)):
         if values:
             out[name] = stats(values)
@@ -107,7 +112,7 @@ def format_report(tls: list[CallTimeline]) -> str:
             lines.append(f"  {e.at_s - t0:8.3f} s  {e.kind:<9} {e.latency_ms:8.1f} ms  {e.detail}")
     s = summary(tls)
     lines.append(f"{s['calls']} calls, {s['turns']} turns, {s['cut_ins']} cut-ins, {s['barge_ins']} barge-ins "
-                 f"({s['talk_overs']} of them talked through)")
+                 f"({s['talk_overs']} of them talked through, left out of the barge-in latency)")
     for name in ("turn_latency_ms", "barge_in_latency_ms"):
         if name in s:
             v = s[name]
@@ -117,8 +122,10 @@ def format_report(tls: list[CallTimeline]) -> str:
 
 
 def draw_png(tls: list[CallTimeline], path: str, *, turns: list[float] | None = None,
-             barge: list[float] | None = None) -> None:
-    """Histograms of turn and barge-in latency with p50/p95/p99 lines (values default to the wire-only events)."""
+             barge: list[float] | None = None, turn_target_ms: float = 150.0,
+             barge_target_ms: float = 120.0) -> None:
+    """Histograms of turn and barge-in latency with p50/p95/p99 lines and the p95 target
+    (values default to the wire-only events)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,13 +134,17 @@ def draw_png(tls: list[CallTimeline], path: str, *, turns: list[float] | None = 
     if turns is None:
         turns = [e.latency_ms for t in tls for e in t.events if e.kind == "turn"]
     if barge is None:
-        barge = [e.latency_ms for t in tls for e in t.events if e.kind == "barge_in"]
+        through = {(t.call_id, e.at_s) for t in tls for e in t.events if e.kind == "talk_over"}
+        barge = [e.latency_ms for t in tls for e in t.events
+                 if e.kind == "barge_in" and (t.call_id, e.at_s) not in through]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, values, title in ((axes[0], turns, "turn latency"), (axes[1], barge, "barge-in latency")):
+    for ax, values, title, target in ((axes[0], turns, "turn latency", turn_target_ms),
+                                      (axes[1], barge, "barge-in latency", barge_target_ms)):
         if values:
             ax.hist(values, bins=30, color="#3b6ea8")
             for q, style in ((50, "-"), (95, "--"), (99, ":")):
                 ax.axvline(percentile(values, q), color="black", linestyle=style, label=f"p{q}")
+            ax.axvline(target, color="#c0392b", linestyle="--", label=f"p95 target {target:.0f} ms")
             ax.legend()
         ax.set_title(f"{title} (n={len(values)})")
         ax.set_xlabel("ms (on the wire)")

@@ -76,6 +76,7 @@ class CallTimeline:
     caller_packets: list[float] = field(default_factory=list)   # arrival times of every caller G.711 packet
     caller_voiced: list[float] = field(default_factory=list)    # ... of the voiced ones
     agent_voiced: list[float] = field(default_factory=list)     # agent's voiced packet times
+    started_s: float | None = None                              # capture time of the call's INVITE
 
 
 # --------------------------------------------------------------------------- levels
@@ -263,7 +264,8 @@ class ItemOutcome:
     """What the agent did about one played item.
 
     ``outcome``: for turns ``turn`` (latency_ms = reply latency), ``cut_in``
-    (the agent started while the caller paused or still talked),
+    (the agent started while the caller paused or still talked, more than
+    ``overlap_ms`` before the turn's last voiced packet; latency_ms < 0),
     ``spoken_over`` (the agent was talking when the turn began: not a turn),
     ``no_reply``; for noise/cough/backchannel items ``kept_talking`` or
     ``false_barge_in`` (latency_ms = onset to the agent's last voiced packet),
@@ -284,7 +286,7 @@ class ItemOutcome:
 @dataclass(frozen=True)
 class ScoreParams:
     #: the agent is "talking" at t when it sent a voiced packet in the preceding
-    #: window (longer than its own sentence pauses)
+    #: window (longer than its own sentence pauses) and its speech goes on across t
     talking_window_ms: float = 400.0
     #: the agent went silent = a gap of at least this long in its voiced packets
     agent_gap_ms: float = AGENT_GAP_MS
@@ -293,15 +295,24 @@ class ScoreParams:
     false_barge_in_window_ms: float = 400.0
     #: an interruption the agent talked over this long is "missed"
     missed_ms: float = 2000.0
-    #: the caller still voicing this long after the agent started = cut-in
+    #: the agent starting more than this before the caller's last voiced packet = cut-in
+    #: (a smaller overlap is a turn with a negative latency: the agent timed the end)
     overlap_ms: float = 60.0
     #: no voiced agent packet this long after the turn's end = no reply
     no_reply_ms: float = 5000.0
 
 
-def _talking_at(agent: list[float], t: float, window_ms: float) -> bool:
+def _talking_at(agent: list[float], t: float, window_ms: float, gap_ms: float) -> bool:
+    """Was the agent talking at *t*: a voiced packet at most *window_ms* before it, and its
+    speech going on across *t* (the next voiced packet less than *gap_ms* after that one)?
+
+    A prompt that had just ended before *t* is not talking: the item landed in silence.
+    """
     i = bisect.bisect_right(agent, t)
-    return i > 0 and (t - agent[i - 1]) * 1000.0 <= window_ms
+    if i == 0 or i == len(agent):
+        return False
+    prev, nxt = agent[i - 1], agent[i]
+    return (t - prev) * 1000.0 <= window_ms and (nxt - prev) * 1000.0 < gap_ms
 
 
 def _silent_from(agent: list[float], t: float, gap_ms: float) -> float | None:
@@ -329,13 +340,13 @@ def score_items(items: Sequence[PlayedItem], agent_voiced: Sequence[float],
     out: list[ItemOutcome] = []
     for k, it in enumerate(items):
         next_onset = items[k + 1].first_packet_s if k + 1 < len(items) else math.inf
-        talking = _talking_at(agent, it.onset_s, params.talking_window_ms)
+        talking = _talking_at(agent, it.onset_s, params.talking_window_ms, params.agent_gap_ms)
         if it.kind in TURN_KINDS:
             if talking:
                 out.append(ItemOutcome(it, "spoken_over", detail="the agent was talking when the turn began"))
                 continue
             first = _first_after(agent, it.onset_s)
-            if first is not None and first < it.voiced_end_s + params.overlap_ms / 1000.0:
+            if first is not None and first < it.voiced_end_s - params.overlap_ms / 1000.0:
                 where = "in a pause" if any(a <= first < b for a, b in it.pauses) else "while the caller talked"
                 out.append(ItemOutcome(it, "cut_in", (first - it.voiced_end_s) * 1000.0,
                                        detail=f"agent started {where}, "
@@ -354,8 +365,11 @@ def score_items(items: Sequence[PlayedItem], agent_voiced: Sequence[float],
             went_on_ms = (stop - it.onset_s) * 1000.0
             if it.kind != INTERRUPTION:
                 if went_on_ms <= params.false_barge_in_window_ms:
+                    after = _first_after(agent, stop)
+                    silent = "" if after is None else f", for {(after - stop) * 1000:.0f} ms"
                     out.append(ItemOutcome(it, "false_barge_in", went_on_ms,
-                                           detail=f"agent went silent {max(went_on_ms, 0):.0f} ms after the onset"))
+                                           detail=f"agent went silent {max(went_on_ms, 0):.0f} ms after the onset"
+                                                  f"{silent}"))
                 else:
                     out.append(ItemOutcome(it, "kept_talking", went_on_ms))
                 continue
