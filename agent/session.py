@@ -384,6 +384,7 @@ class CallSession:
         if self.ended:
             return
         text = text.strip()
+        self._asr_failures = 0
         turn_text, extra = self.transcripts.on_final(text)
         log.info("call {call_id} heard {text!r} ({confidence:.2f})", text=text, confidence=confidence,
                  **self.log_fields)
@@ -453,8 +454,8 @@ class CallSession:
             self._metrics.asr_errors.inc()
         log.warn("call {call_id} recognition stream failed ({n}): {err}", n=self._asr_failures, err=err,
                  **self.log_fields)
-        if self._asr_failures <= self.settings.asr_reopen_limit:
-            self._reactor.callLater(0.2 * self._asr_failures, self._reopen_recognition)
+        # Keep trying for the whole call, backing off; a final result resets the count.
+        self._reactor.callLater(min(5.0, 0.2 * self._asr_failures), self._reopen_recognition)
 
     def _reopen_recognition(self) -> None:
         if not self.ended and self._asr is None:

@@ -245,7 +245,11 @@ class StallDetector:
 
     def on_audio(self, now: float, voiced: bool) -> None:
         if voiced:
-            if self._first_unanswered_voiced is None:
+            # Unanswered voice counts only while it goes on: a noise burst, then seconds of
+            # quiet, then new speech is not "speaking for seconds without a result".
+            gap = self.stall_timeout_s
+            if (self._first_unanswered_voiced is None
+                    or (self._last_voiced is not None and now - self._last_voiced > gap)):
                 self._first_unanswered_voiced = now
             self._last_voiced = now
 

@@ -566,3 +566,15 @@ def test_region_that_cannot_be_opened_during_a_move_reports_an_error() -> None:
     w.client("a").recognitions[0].fail()
     assert len(w.errors) == 1 and getattr(w.errors[0], "retryable", False)
     assert w.selector.active_streams("a") == 0 and w.selector.active_streams("b") == 0
+
+
+def test_a_noise_burst_then_quiet_then_speech_is_not_a_stall() -> None:
+    """150 ms of sound the recogniser ignores, two seconds of quiet, then speech answered by
+    interims: the unanswered burst does not add up with the later speech into a stall."""
+    w = World()
+    stream = w.open()
+    a = w.client("a").recognitions[0]
+    w.talk(stream, tone(8))
+    w.talk(stream, quiet(100))
+    w.talk(stream, tone(30), each=lambda i: a.interim(f"word {i}") if i % 10 == 9 else None)
+    assert w.events == []
