@@ -92,6 +92,7 @@ summarises the path for the call record.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass, field
@@ -460,6 +461,19 @@ class DialogueSession:
         self._conversation: list[tuple[str, str]] = []
         self._transfer: dict[str, str] | None = None
         self._end_reason = ""
+
+    def fork(self) -> "DialogueSession":
+        """An independent copy of the session in its current state (cheap: the dialplan and
+        its steps are immutable and shared). The call session uses it to work out a reply
+        speculatively while it waits to be sure the caller has finished."""
+        other = copy.copy(self)
+        other._variables = dict(self._variables)
+        other._stack = list(self._stack)
+        other._history = list(self._history)
+        other._conversation = list(self._conversation)
+        other._transfer = dict(self._transfer) if self._transfer is not None else None
+        other._scope = _Scope(other)
+        return other
 
     # ------------------------------------------------------------------ inspection
 

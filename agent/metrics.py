@@ -4,7 +4,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 #: outcomes of the calls_total counter
-CALL_OUTCOMES = ("answered", "rejected_capacity", "rejected_no_route", "rejected_bad_request", "failed")
+CALL_OUTCOMES = ("answered", "rejected_capacity", "rejected_draining", "rejected_no_route", "rejected_bad_request",
+                 "failed")
 
 _LATENCY_BUCKETS = (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 _FRAME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
@@ -41,6 +42,11 @@ class AgentMetrics:
         self.reply_start = Histogram("openclaw_reply_start_seconds",
                                      "Turn taken to the reply's first frame handed to the media bridge",
                                      buckets=_FRAME_BUCKETS + (0.1, 0.2, 0.5), registry=r)
+        self.speculations = Counter("openclaw_speculative_replies_total",
+                                    "Replies prepared before the end of the turn was certain", ["result"],
+                                    registry=r)
+        for result in ("used", "discarded"):
+            self.speculations.labels(result)
         self.cut_ins = Counter("openclaw_cut_ins_total",
                                "Turns the caller went on talking after the agent had taken them", registry=r)
         self.barge_in_decision = Histogram(
@@ -75,5 +81,13 @@ class AgentMetrics:
             self.dialplan_reloads.labels(result)
         self.dialplan_generation = Gauge("openclaw_dialplan_generation",
                                          "Version number of the dialplans new calls get", registry=r)
+        self.draining = Gauge("openclaw_draining",
+                              "1 while the process drains: new calls and keepalives get 503, calls in progress go on",
+                              registry=r)
+        self.calls_ended_by_server = Counter(
+            "openclaw_calls_ended_by_server_total",
+            "Calls the server ended itself while stopping (goodbye prompt, then BYE)", ["how"], registry=r)
+        for how in ("goodbye", "forced"):
+            self.calls_ended_by_server.labels(how)
         self.speech_up = Gauge("openclaw_speech_backend_up", "1 when the speech backend answers its health check",
                                registry=r)

@@ -38,7 +38,7 @@ from agent.metrics import AgentMetrics
 from media.frames import SAMPLE_RATE_HZ, duration_ms
 from media.frames import duration_ms as duration_ms_of
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
-from media.trim import LeadingSilenceGate
+from media.trim import LeadingSilenceGate, trim_silence
 from media.voicing import PeriodicityMeter
 
 #: periodicity above which a frame counts as voice rather than noise
@@ -232,8 +232,12 @@ class CallSession:
         self.media.playout = self.playout
         self.media.on_onset = self._on_voice_onset
         self._barge: dict[str, Any] | None = None
+        #: (text, forked dialogue, its actions, prepared audio by prompt text, synthesis streams)
+        self._speculation: tuple[str, DialogueSession, list[Action], dict[str, list[bytes]],
+                                 list[SynthesisStream]] | None = None
         self._barge_timer: IDelayedCall | None = None
         self.false_interruptions = 0
+        self._prepared: dict[str, list[bytes]] = {}
         self._pending: deque[Action] = deque()
         self._current: Action | None = None
         self._current_segment: int | None = None
@@ -378,6 +382,7 @@ class CallSession:
             self._commit_barge_in("words")
             return
         if self._listening:
+            self._speculate(turn_text)
             self._handle_endpoint(self.endpointer.on_transcript(turn_text, self._now_ms()))
 
     def _on_final(self, text: str, confidence: float) -> None:
@@ -398,6 +403,7 @@ class CallSession:
             log.info("call {call_id} cut-in: caller added {extra!r} after the turn was taken",
                      extra=" ".join(extra), **self.log_fields)
         if self._listening and turn_text:
+            self._speculate(turn_text)
             self._handle_endpoint(self.endpointer.on_transcript(turn_text, self._now_ms()))
 
     def _handle_endpoint(self, decision: EndOfTurn | None) -> None:
@@ -418,12 +424,54 @@ class CallSession:
                  reason=decision.reason, silence=decision.decided_ms - decision.speech_end_ms,
                  text=decision.text, **self.log_fields)
         self._decided_at = decision.decided_ms / 1000.0
+        spec, self._speculation = self._speculation, None
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_ms / 1000.0)
+        if spec is not None and spec[0] == decision.text:
+            # The reply was worked out (and its audio started) while the silence was confirmed.
+            self.dialogue, actions = spec[1], spec[2]
+            self._prepared = spec[3]
+            if self._metrics:
+                self._metrics.speculations.labels("used").inc()
+            self._run(actions)
+            return
+        if spec is not None:
+            self._drop_speculation(spec)
         t0 = self._monotonic()
         actions = self.dialogue.on_transcript(decision.text)
         if self._metrics:
             self._metrics.dialogue_step.observe(self._monotonic() - t0)
         self._run(actions)
+
+    def _speculate(self, text: str) -> None:
+        """The words so far make a request: prepare the reply before the turn is certain."""
+        if self._speculation is not None and self._speculation[0] == text:
+            return
+        if self._speculation is not None:
+            self._drop_speculation(self._speculation)
+            self._speculation = None
+        if not text or not self._is_complete(text):
+            return
+        t0 = self._monotonic()
+        fork = self.dialogue.fork()
+        actions = fork.on_transcript(text)
+        if self._metrics:
+            self._metrics.dialogue_step.observe(self._monotonic() - t0)
+        prepared: dict[str, list[bytes]] = {}
+        streams: list[SynthesisStream] = []
+        first = next((a for a in actions if isinstance(a, Say)), None)
+        if first is not None and (self._prompts is None or self._prompts.get(first.text, first.voice) is None):
+            chunks: list[bytes] = []
+            prepared[first.text] = chunks
+            streams.append(self._speech.synthesize_stream(
+                first.text, sample_rate_hz=self.settings.sample_rate_hz, voice=first.voice,
+                on_audio=chunks.append, on_done=lambda: chunks.append(b""), on_error=lambda e: None))
+        self._speculation = (text, fork, actions, prepared, streams)
+
+    def _drop_speculation(self, spec: Any) -> None:
+        for stream in spec[4]:
+            stream.cancel()
+        if self._metrics:
+            self._metrics.speculations.labels("discarded").inc()
 
     def _schedule_endpoint_poll(self) -> None:
         self._cancel_endpoint_timer()
@@ -793,6 +841,12 @@ class CallSession:
         if pcm is not None:
             self._current_segment = self.playout.play(pcm)
             return
+        prepared = self._prepared.pop(say.text, None)
+        if prepared is not None and prepared and prepared[-1] == b"":
+            # Synthesised speculatively, and complete.
+            self._current_segment = self.playout.play(trim_silence(b"".join(prepared), self.settings.sample_rate_hz,
+                                                                   tail_ms=300))
+            return
         sid = self.playout.open_segment()
         self._current_segment = sid
 
@@ -868,6 +922,9 @@ class CallSession:
         self.turns.append(Turn(started_at=self._reactor.seconds(), caller_text=caller_text, dtmf=dtmf))
 
     def _stop_listening(self) -> None:
+        if self._speculation is not None:
+            self._drop_speculation(self._speculation)
+            self._speculation = None
         self._listening = False
         self._listen = None
         self._cancel_no_input()

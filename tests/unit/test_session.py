@@ -381,3 +381,48 @@ def test_words_added_after_the_turn_was_taken_count_as_a_cut_in():
     assert any(t.startswith("Your account balance") for t in h.said())
     h.asr_final("check my balance and savings")
     assert h.session.cut_ins == 1
+
+
+def test_reply_is_prepared_while_the_silence_is_confirmed():
+    """A complete request seen mid-speech is answered from the speculative state; a request
+    that changes before the turn ends throws the speculation away."""
+    h = Harness()
+    h.session._prompts = None
+    h.session.start()
+    done = set()
+    for _ in range(50):
+        for s in h.speech.syntheses:
+            if id(s) not in done:
+                done.add(id(s))
+                s.on_audio(b"\x01" * FRAME * 3)
+                s.on_done()
+        h.tick(5)
+    assert h.session._listening
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("goodbye")
+    spec = h.session._speculation
+    assert spec is not None and spec[0] == "goodbye"
+    prepared = h.speech.syntheses[-1]
+    assert prepared.text.startswith("Thank you for calling OpenClaw Bank. Goodbye")
+    prepared.on_audio(b"\x02" * FRAME * 3)
+    prepared.on_done()
+    syntheses_before = len(h.speech.syntheses)
+    h.tick(10, caller=tone_frame())
+    h.tick(10)
+    assert h.session.dialogue is spec[1]
+    assert len(h.speech.syntheses) == syntheses_before, "the prepared audio was played, not synthesised again"
+    assert h.said()[-1].startswith("Thank you for calling OpenClaw Bank. Goodbye")
+
+
+def test_speculation_is_discarded_when_the_caller_goes_on():
+    """ "check my balance" then more words: the prepared reply is cancelled and not used."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("check my balance")
+    first = h.session._speculation
+    assert first is not None
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("check my balance of the savings account")
+    assert h.session._speculation is None or h.session._speculation[0] != "check my balance"
