@@ -19,16 +19,31 @@ def main_serve(args: Any) -> int:
     from agent.config import RegionSettings, load_config
     from agent.dialplan import DialplanError
 
+    if getattr(args, "workers", 1) != 1 or getattr(args, "front", "none") != "none":
+        if getattr(args, "workers", 1) < 1:
+            print("openclaw-voice: --workers must be at least 1", file=sys.stderr)
+            return 2
+        from agent.supervisor import main_supervise
+
+        return main_supervise(args)
     try:
         config = load_config(args.config)
     except ConfigError as e:
         print(f"openclaw-voice: invalid config:\n{e}", file=sys.stderr)
         return 2
-    config = config.with_overrides(host=args.host, port=args.port, capacity=args.capacity)
+    config = config.with_overrides(host=args.host, port=args.port, capacity=args.capacity,
+                                   rtp_port=getattr(args, "rtp_port", None),
+                                   rtp_port_range=getattr(args, "rtp_port_range", None))
     if args.metrics_port is not None:
         config = replace(config, metrics=replace(config.metrics, port=args.metrics_port))
+    if getattr(args, "metrics_host", None):
+        config = replace(config, metrics=replace(config.metrics, host=args.metrics_host))
     if args.speech_uri:
         config = replace(config, speech=replace(config.speech, regions=(RegionSettings("cli", args.speech_uri),)))
+    if getattr(args, "embedded_speech", None):
+        # The supervisor's one embedded speech server, shared by its workers.
+        config = replace(config, speech=replace(config.speech,
+                                                regions=(RegionSettings("local", args.embedded_speech),)))
     if args.dialplan:
         config = replace(config, dialplans=tuple(args.dialplan))
     if args.call_records is not None:
@@ -47,6 +62,10 @@ def main_serve(args: Any) -> int:
     except (DialplanError, ConfigError) as e:
         print(f"openclaw-voice: invalid dialplan:\n{e}", file=sys.stderr)
         return 2
+    server.worker_id = getattr(args, "worker_id", None)
+    drain_timeout = getattr(args, "drain_timeout", None)
+    server.drain_timeout_s = 300.0 if drain_timeout is None else drain_timeout
+    server.on_idle = lambda: reactor.stop() if reactor.running else None
     outcome = {"status": 0}
 
     def failed(failure: Any) -> None:
@@ -56,6 +75,7 @@ def main_serve(args: Any) -> int:
 
     reactor.callWhenRunning(lambda: server.start().addErrback(failed))
     reactor.addSystemEventTrigger("before", "shutdown", server.stop)
-    install_signal_handlers(reactor, server)
+    # After reactor.run() has installed its own handlers (it replaces SIGTERM's).
+    reactor.callWhenRunning(install_signal_handlers, reactor, server)
     reactor.run()
     return outcome["status"]

@@ -25,7 +25,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from agent.config import ServerConfig
-from agent.dialogue import DialogueSession
+from agent.dialogue import DialogueSession, Hangup, Say
 from agent.dialplan import Dialplan, static_prompts
 from agent.dialplan_store import DialplanStore
 from agent.webhook import call_webhook
@@ -43,6 +43,11 @@ from sip.message import SipRequest
 from sip.pjsua import PJSUA_MAX_CALLS, RegistrationConfig, Rejection, SipCall, SipConfig, SipStack
 
 log = Logger(namespace="openclaw.server")
+
+#: what the agent says before it hangs up a call itself (drain timeout, stop)
+GOODBYE_PROMPT = "We have to end this call now. Please call again in a moment. Goodbye."
+#: a call still up this long after its goodbye began is hung up without waiting further
+GOODBYE_TIMEOUT_S = 10.0
 
 
 class PromptAudioCache:
@@ -134,6 +139,17 @@ class AgentServer:
         self.ready = False
         self.stopping = False
         self._health_loop: LoopingCall | None = None
+        #: index of this worker under ``serve --workers N`` (None: a standalone server)
+        self.worker_id: int | None = None
+        #: draining: new calls and keepalive OPTIONS get 503, calls in progress go on
+        self.draining = False
+        self.ending_calls = False
+        #: called once when the server has nothing left to do after a drain or a polite end
+        self.on_idle: Any = None
+        #: calls still up this long after a drain began are ended politely (None: wait)
+        self.drain_timeout_s: float | None = None
+        self._drain_timer: Any = None
+        self._goodbye_timer: Any = None
 
     @property
     def dialplan(self) -> Dialplan:
@@ -215,7 +231,8 @@ class AgentServer:
         """Synthesise every static prompt of the loaded dialplans."""
         assert self.speech is not None
         started = time.monotonic()
-        for text, voice in sorted(static_prompts(self.dialplan)):
+        wanted = set(static_prompts(self.dialplan)) | {(GOODBYE_PROMPT, self.config.speech.voice)}
+        for text, voice in sorted(wanted):
             if self.prompts.get(text, voice) is not None:
                 continue
             try:
@@ -249,6 +266,7 @@ class AgentServer:
         root = Resource()
         root.putChild(b"metrics", MetricsResource(registry=self.metrics.registry))
         root.putChild(b"healthz", _Health(self))
+        root.putChild(b"admin", _Admin(self))
         if self.selector is not None:
             root.putChild(b"regions", RegionsResource(
                 self.selector, self.reactor.seconds,
@@ -292,6 +310,10 @@ class AgentServer:
     # -- CallHandler ------------------------------------------------------------
     def admit(self, request: SipRequest) -> Rejection | None:
         call_id = request.call_id
+        if self.draining and call_id not in self._admitted:
+            self.metrics.calls.labels("rejected_draining").inc()
+            log.info("call {call_id} refused: 503 (draining)", call_id=call_id)
+            return Rejection(503, "Service Unavailable", (("Retry-After", str(self.config.sip.retry_after_s)),))
         if self.stopping or not self.ready:
             self.metrics.calls.labels("rejected_capacity").inc()
             log.info("call {call_id} refused: 503 (not ready)", call_id=call_id)
@@ -323,6 +345,113 @@ class AgentServer:
         self._admitted[call_id] = _Admitted(flow, dialplan, self.reactor.seconds(), choice, pinned, need_dialogue,
                                             source_ip)
         return None
+
+    def options_status(self, request: SipRequest) -> Rejection | None:
+        """Keepalive OPTIONS (Kamailio's dispatcher): 503 unless the server takes new calls."""
+        if self.ready and not self.draining and not self.stopping:
+            return None
+        return Rejection(503, "Service Unavailable", (("Retry-After", str(self.config.sip.retry_after_s)),))
+
+    # -- drain and polite stop ------------------------------------------------------
+    def drain(self, timeout_s: float | None = None) -> bool:
+        """Take no new calls (INVITE and OPTIONS get 503), let the calls in progress finish.
+
+        When the last call has ended, ``on_idle`` is called (``serve`` stops the
+        process). After *timeout_s* the remaining calls are ended politely.
+        Returns False when the server was already draining.
+        """
+        if self.draining:
+            return False
+        self.draining = True
+        self.metrics.draining.set(1)
+        log.info("draining: {n} call(s) in progress, new calls get 503{limit}", n=len(self.sessions),
+                 limit=f" (calls still up in {timeout_s:.0f} s are ended)" if timeout_s else "")
+        if timeout_s is not None and timeout_s > 0:
+            self._drain_timer = self.reactor.callLater(timeout_s, self._drain_timed_out)
+        self._check_idle()
+        return True
+
+    def _drain_timed_out(self) -> None:
+        self._drain_timer = None
+        log.info("drain timeout: ending {n} call(s)", n=len(self.sessions))
+        self.end_calls_politely()
+
+    def end_calls_politely(self) -> None:
+        """Say goodbye on every call, then hang up; ``on_idle`` once no call is left.
+
+        A second request (another SIGTERM) hangs up at once.
+        """
+        if self.ending_calls:
+            log.info("ending calls now: hanging up {n} call(s)", n=len(self.sessions))
+            self._hang_up_all("forced")
+            return
+        self.ending_calls = True
+        if not self.draining:
+            self.draining = True
+            self.metrics.draining.set(1)
+        for session in list(self.sessions.values()):
+            self._say_goodbye(session)
+        if self.sessions:
+            self._goodbye_timer = self.reactor.callLater(GOODBYE_TIMEOUT_S, self._hang_up_all, "forced")
+        self._check_idle()
+
+    def _say_goodbye(self, session: CallSession) -> None:
+        self.metrics.calls_ended_by_server.labels("goodbye").inc()
+        log.info("call {call_id} ending: goodbye prompt, then BYE", call_id=session.call_id)
+        polite = getattr(session, "end_politely", None)
+        if callable(polite):
+            polite(GOODBYE_PROMPT, self.config.speech.voice, "server stopping")
+            return
+        if session.ended:
+            return
+        if not session.turns:  # media never started: nothing can be heard
+            session._control.hangup()
+            session.close("server stopping")
+            return
+        # The same steps as the session's own maximum-duration timeout: drop what it
+        # was doing, then run a goodbye prompt and a hangup through its action queue.
+        try:
+            if session._synth is not None:
+                session._synth.cancel()
+                session._synth = None
+            session.playout.flush()
+            session._pending.clear()
+            session._current = None
+            session._current_segment = None
+            session._stop_listening()
+            session._run([Say(GOODBYE_PROMPT, self.config.speech.voice, barge_in=False, cache_key=None),
+                          Hangup("server stopping")])
+        except Exception:
+            log.failure("call {call_id}: goodbye failed; hanging up", call_id=session.call_id)
+            session._control.hangup()
+            session.close("server stopping")
+
+    def _hang_up_all(self, how: str) -> None:
+        self._goodbye_timer = None
+        for session in list(self.sessions.values()):
+            if how == "forced":
+                self.metrics.calls_ended_by_server.labels("forced").inc()
+            session._control.hangup()
+            session.close("server stopping")
+        if self.stack is not None:
+            for call in self.stack.calls:
+                call.hangup()
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not (self.draining or self.ending_calls) or self.sessions:
+            return
+        if self.stack is not None and any(not c.disconnected for c in self.stack.calls):
+            self.reactor.callLater(0.2, self._check_idle)  # calls pjsua has not torn down yet
+            return
+        for timer in (self._drain_timer, self._goodbye_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
+        self._drain_timer = self._goodbye_timer = None
+        callback, self.on_idle = self.on_idle, None
+        if callback is not None:
+            log.info("no calls left: stopping")
+            callback()
 
     def _select_region(self, caller: str, source_ip: str | None, pinned: tuple[str, ...], sticky: str | None,
                        need_dialogue: bool) -> Selection | NoRegion:
@@ -447,7 +576,11 @@ class AgentServer:
             "playout_underruns": session.playout.underruns,
         })
         self.metrics.playout_underruns.inc(session.playout.underruns)
+        if self.worker_id is not None:
+            record["worker"] = self.worker_id
         self._write_record(record)
+        if self.draining or self.ending_calls:
+            self.reactor.callLater(0, self._check_idle)
 
     def _write_record(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True)
@@ -456,8 +589,12 @@ class AgentServer:
         if not path:
             return
         if not path.endswith(".jsonl"):
-            # A directory: one file per day (UTC).
-            path = os.path.join(path, time.strftime("calls-%Y-%m-%d.jsonl", time.gmtime()))
+            # A directory: one file per day (UTC), and per worker under `serve --workers N`
+            # (whole lines from several processes must never interleave).
+            name = time.strftime("calls-%Y-%m-%d", time.gmtime())
+            if self.worker_id is not None:
+                name += f".w{self.worker_id}"
+            path = os.path.join(path, name + ".jsonl")
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             with open(path, "a", encoding="utf-8") as f:
@@ -587,9 +724,12 @@ class _Health(Resource):
 
     def render_GET(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
         s = self._server
-        ok = s.ready and not s.stopping
+        ok = s.ready and not s.stopping and not s.draining
+        status = "ok" if ok else ("stopping" if s.stopping else "draining" if s.draining else "starting")
         body = {
-            "status": "ok" if ok else ("stopping" if s.stopping else "starting"),
+            "status": status,
+            "worker": s.worker_id,
+            "pid": os.getpid(),
             "active_calls": len(s.sessions),
             "capacity": s.capacity,
             "speech_backend": s.speech_uri,
@@ -600,10 +740,66 @@ class _Health(Resource):
         return json.dumps(body).encode()
 
 
+class _Admin(Resource):
+    """``POST /admin/drain`` (from loopback only): drain this process; see docs/scaling.md."""
+
+    isLeaf = True
+
+    def __init__(self, server: AgentServer) -> None:
+        super().__init__()
+        self._server = server
+
+    def render_POST(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
+        request.setHeader(b"content-type", b"application/json")
+        peer = getattr(request.getClientAddress(), "host", "")
+        if peer not in ("127.0.0.1", "::1") and not str(peer).startswith("127."):
+            request.setResponseCode(403)
+            return b'{"error": "admin commands are accepted from loopback only"}\n'
+        action = request.postpath[0].decode() if request.postpath else ""
+        s = self._server
+        if action == "drain":
+            started = s.drain(s.drain_timeout_s)
+        elif action == "end-calls":
+            started = True
+            s.end_calls_politely()
+        else:
+            request.setResponseCode(404)
+            return b'{"error": "unknown admin command; expected drain or end-calls"}\n'
+        return json.dumps({"action": action, "started": started, "active_calls": len(s.sessions)}).encode() + b"\n"
+
+
 def install_signal_handlers(reactor: Any, server: AgentServer) -> None:
+    """SIGTERM/SIGINT: goodbye on every call, BYE, exit (again: hang up at once).
+
+    SIGUSR1: drain -- new calls and keepalive OPTIONS get 503, calls in progress
+    finish, then the process exits (``serve --workers N`` drains workers this way).
+    SIGHUP: reload the dialplans.
+    """
+    def stop_now() -> None:
+        if reactor.running:
+            reactor.stop()
+
+    def shutdown_in_reactor(name: str) -> None:
+        if server.ending_calls or not server.sessions:
+            log.info("signal {sig}: shutting down", sig=name)
+            stop_now()
+            return
+        log.info("signal {sig}: ending {n} call(s) with a goodbye, then shutting down", sig=name,
+                 n=len(server.sessions))
+        server.on_idle = stop_now
+        server.end_calls_politely()
+
     def shutdown(signum: int, _frame: Any) -> None:
-        log.info("signal {sig}: shutting down", sig=signal.Signals(signum).name)
-        reactor.callFromThread(reactor.stop)
+        reactor.callFromThread(shutdown_in_reactor, signal.Signals(signum).name)
+
+    def drain_in_reactor() -> None:
+        if server.on_idle is None:
+            server.on_idle = stop_now
+        server.drain(server.drain_timeout_s)
+
+    def drain(_signum: int, _frame: Any) -> None:
+        log.info("SIGUSR1: draining")
+        reactor.callFromThread(drain_in_reactor)
 
     def reload(_signum: int, _frame: Any) -> None:
         log.info("SIGHUP: reloading dialplans")
@@ -612,3 +808,4 @@ def install_signal_handlers(reactor: Any, server: AgentServer) -> None:
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
     signal.signal(signal.SIGHUP, reload)
+    signal.signal(signal.SIGUSR1, drain)

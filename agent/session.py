@@ -525,7 +525,7 @@ class CallSession:
                 self._caller_speaking = False
                 self._last_speech_end = at
                 if self._barge is not None:
-                    self._schedule_barge_check(0.15)
+                    self._schedule_barge_check(0.08)
                 if self._listening:
                     self._handle_endpoint(self.endpointer.on_speech_end(at * 1000.0, self._now_ms()))
                     if self._listen is not None and not self.endpointer.in_turn:

@@ -111,6 +111,13 @@ class CallHandler(Protocol):
     def incoming_call(self, call: "SipCall") -> None:
         """A new call; answer or reject it."""
 
+    def options_status(self, request: SipRequest) -> Rejection | None:
+        """Decide on an out-of-dialog OPTIONS (a load balancer's keepalive).
+
+        None lets pjsua answer ``200 OK``; a :class:`Rejection` (``503`` while
+        draining) is answered statelessly, so the balancer stops sending calls.
+        """
+
 
 @dataclass
 class CallCallbacks:
@@ -554,6 +561,18 @@ class SipStack:
         if self._on_registration is not None:
             _safe(self._on_registration, code, reason, expiration)
 
+    def _options(self, raw: str) -> Rejection | None:
+        if self._handler is None:
+            return None
+        try:
+            request = parse_request(raw)
+        except ValueError:
+            return None  # pjsua answers (or drops) it as it would have
+        if request.method != "OPTIONS" or request.to_tag:
+            return None
+        decide = getattr(self._handler, "options_status", None)
+        return decide(request) if callable(decide) else None
+
     def _admit(self, raw: str) -> Rejection | None:
         if self._handler is None:
             return None
@@ -598,7 +617,12 @@ _GATE_PRIORITY = 60
 
 
 class _AdmissionGate:
-    """A pjsip module that answers out-of-dialog INVITEs statelessly when refused."""
+    """A pjsip module that answers out-of-dialog INVITEs statelessly when refused.
+
+    It also sees out-of-dialog OPTIONS (a load balancer's keepalive probe) and
+    answers ``503`` with ``Retry-After`` while the application drains; otherwise
+    pjsua's own OPTIONS handler answers ``200 OK``.
+    """
 
     def __init__(self, stack: SipStack) -> None:
         import pjsua2._pjsua2 as native
@@ -665,12 +689,19 @@ class _AdmissionGate:
     def _on_rx_request(self, rdata: int) -> int:
         try:
             info = self._lib.pjsip_rx_data_get_info(rdata)
-            if not info or not ctypes.string_at(info, 20).startswith(b"Request msg INVITE/"):
+            if not info:
+                return 0
+            head = ctypes.string_at(info, 21)
+            if head.startswith(b"Request msg INVITE/"):
+                decide = self._stack._admit
+            elif head.startswith(b"Request msg OPTIONS/"):
+                decide = self._stack._options
+            else:
                 return 0
             raw = self._raw_message(rdata)
             if raw is None:
                 return 0
-            rejection = self._stack._admit(raw)
+            rejection = decide(raw)
             if rejection is None:
                 return 0
             return self._respond(rdata, rejection)
