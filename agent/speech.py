@@ -108,8 +108,10 @@ class RecognitionStream:
         on_final: Callable[[str, float], None],
         on_error: Callable[[Exception], None],
         max_queue_chunks: int = DEFAULT_QUEUE_CHUNKS,
+        on_final_marks: Callable[[float | None, float], None] | None = None,
     ) -> None:
         self._asr = asr
+        self._on_final_marks = on_final_marks
         self._config = streaming_config
         self._on_interim = on_interim
         self._on_final = on_final
@@ -210,6 +212,10 @@ class RecognitionStream:
             text = alternative.transcript.strip()
             if result.is_final:
                 if text:
+                    if self._on_final_marks is not None:
+                        words = alternative.words
+                        end_s = max(w.end_time for w in words) / 1000.0 if words else None
+                        self._gate.run(self._on_final_marks, end_s, float(result.audio_processed))
                     self._gate.run(self._on_final, text, float(alternative.confidence))
             elif text:
                 interim_parts.append(text)
@@ -336,11 +342,15 @@ class SpeechClient:
         on_error: Callable[[Exception], None],
         stop_history_ms: int | None = None,
         interim_results: bool = True,
+        on_final_marks: Callable[[float | None, float], None] | None = None,
     ) -> RecognitionStream:
         """Start a streaming recognition of pcm16 mono audio at ``sample_rate_hz``.
 
         ``stop_history_ms`` is the trailing silence that ends an utterance (server default
-        when None). Callbacks run on the stream's worker thread.
+        when None). ``on_final_marks(last_word_end_s, audio_processed_s)``, when given,
+        runs right before ``on_final`` of the same result (word time offsets are then
+        requested); it tells where in the stream a final ends. Callbacks run on the
+        stream's worker thread.
         """
         config = riva_asr_pb2.RecognitionConfig(
             encoding=riva.client.AudioEncoding.LINEAR_PCM,
@@ -348,12 +358,14 @@ class SpeechClient:
             language_code=self.language_code,
             max_alternatives=1,
             audio_channel_count=1,
+            enable_word_time_offsets=on_final_marks is not None,
         )
         if stop_history_ms is not None:
             config.endpointing_config.stop_history = stop_history_ms
         streaming_config = riva_asr_pb2.StreamingRecognitionConfig(config=config, interim_results=interim_results)
         stream = RecognitionStream(
-            self._asr, streaming_config, on_interim=on_interim, on_final=on_final, on_error=on_error
+            self._asr, streaming_config, on_interim=on_interim, on_final=on_final, on_error=on_error,
+            on_final_marks=on_final_marks,
         )
         self._track(stream)
         return stream

@@ -285,66 +285,8 @@ class StallDetector:
 # --------------------------------------------------------------------------------------
 
 
-class PositionedRecognitionStream(RecognitionStream):
-    """A :class:`RecognitionStream` whose finals also report where they end.
-
-    ``on_final_marks(last_word_end_s, audio_processed_s)`` runs on the worker thread right
-    before ``on_final`` of the same result. (Built on the base class's private
-    ``_dispatch``/``_gate``; see the request in docs/regions.md.)
-    """
-
-    def __init__(self, *args: Any, on_final_marks: Callable[[float | None, float], None], **kwargs: Any) -> None:
-        self._on_final_marks = on_final_marks
-        super().__init__(*args, **kwargs)
-
-    def _dispatch(self, response: riva_asr_pb2.StreamingRecognizeResponse) -> None:
-        for result in response.results:
-            if result.is_final and result.alternatives and result.alternatives[0].transcript.strip():
-                words = result.alternatives[0].words
-                end_s = max(w.end_time for w in words) / 1000.0 if words else None
-                self._gate.run(self._on_final_marks, end_s, float(result.audio_processed))
-        super()._dispatch(response)
-
-
-class PositionedSpeechClient(SpeechClient):
-    """A :class:`SpeechClient` whose recognition streams report final positions."""
-
-    def open_recognition(  # type: ignore[override]
-        self,
-        *,
-        sample_rate_hz: int,
-        on_interim: Callable[[str], None],
-        on_final: Callable[[str, float], None],
-        on_error: Callable[[Exception], None],
-        stop_history_ms: int | None = None,
-        interim_results: bool = True,
-        on_final_marks: Callable[[float | None, float], None] | None = None,
-    ) -> RecognitionStream:
-        config = riva_asr_pb2.RecognitionConfig(
-            encoding=riva.client.AudioEncoding.LINEAR_PCM,
-            sample_rate_hertz=sample_rate_hz,
-            language_code=self.language_code,
-            max_alternatives=1,
-            audio_channel_count=1,
-            enable_word_time_offsets=True,
-        )
-        if stop_history_ms is not None:
-            config.endpointing_config.stop_history = stop_history_ms
-        streaming_config = riva_asr_pb2.StreamingRecognitionConfig(config=config, interim_results=interim_results)
-        stream = PositionedRecognitionStream(
-            self._asr,
-            streaming_config,
-            on_interim=on_interim,
-            on_final=on_final,
-            on_error=on_error,
-            on_final_marks=on_final_marks or (lambda end_s, processed_s: None),
-        )
-        self._track(stream)
-        return stream
-
-
 class SpeechEndpointClient(Protocol):
-    """What a failover stream needs of a per-endpoint client (a :class:`PositionedSpeechClient`)."""
+    """What a failover stream needs of a per-endpoint client (a :class:`~agent.speech.SpeechClient`)."""
 
     def open_recognition(
         self,
@@ -375,7 +317,7 @@ class SpeechEndpointClient(Protocol):
 class SpeechClientPool:
     """One client per speech endpoint address, created on first use; shared by all calls."""
 
-    def __init__(self, factory: Callable[[str], SpeechEndpointClient] = PositionedSpeechClient) -> None:
+    def __init__(self, factory: Callable[[str], SpeechEndpointClient] = SpeechClient) -> None:
         self._factory = factory
         self._clients: dict[str, SpeechEndpointClient] = {}
         self._lock = threading.Lock()

@@ -14,7 +14,8 @@ import pytest
 from agent import audio_util, flite
 from agent.region_probe import RegionProber
 from agent.regions import NoRegion, RegionSelector, RegionSpec, Selection
-from agent.speech_failover import FailoverEvent, PositionedSpeechClient, RegionalSpeech, SpeechClientPool
+from agent.speech import SpeechClient
+from agent.speech_failover import FailoverEvent, RegionalSpeech, SpeechClientPool
 from tests.integration.relay_fixtures import (
     SimRegions,
     load_relay_module,
@@ -183,7 +184,7 @@ def test_prompt_requested_in_a_dead_region_is_synthesised_in_the_next(world: dic
     request moves to b, and the caller gets exactly the audio b produces for the text."""
     reactor, selector, pool = world["reactor"], world["selector"], world["pool"]
     text = "Your balance is one hundred and twenty three dollars. Anything else?"
-    reference = PositionedSpeechClient(sims["b"].address)
+    reference = SpeechClient(sims["b"].address)
     try:
         expected = reference.synthesize(text, sample_rate_hz=RATE)
     finally:
