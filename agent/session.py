@@ -111,6 +111,8 @@ class SessionSettings:
     #: a voice shorter than this during an interruptible prompt, whose words are not a request,
     #: is an acknowledgement ("uh-huh", "okay"): the paused prompt resumes
     backchannel_max_ms: int = 450
+    #: ... or up to this long when the recogniser hears only acknowledgement words (or none yet)
+    backchannel_words_max_ms: int = 900
     endpointer: EndpointerConfig = field(default_factory=EndpointerConfig)
     #: an intent match this sure counts as a complete request for endpointing (the dialogue
     #: itself accepts weaker matches once the turn is over)
@@ -238,6 +240,9 @@ class CallSession:
         self._barge_timer: IDelayedCall | None = None
         self.false_interruptions = 0
         self._prepared: dict[str, list[bytes]] = {}
+        #: the prompt a caller's voice interrupted, and the ask after it: said again if the
+        #: "interruption" turns out to be only an acknowledgement or a noise
+        self._reask: tuple[Action, ...] | None = None
         self._pending: deque[Action] = deque()
         self._current: Action | None = None
         self._current_segment: int | None = None
@@ -415,6 +420,13 @@ class CallSession:
         if self._metrics:
             self._metrics.endpoint_silence.labels(decision.reason).observe(
                 max(0.0, (decision.decided_ms - decision.speech_end_ms) / 1000.0))
+        reask, self._reask = self._reask, None
+        if reask is not None and (not decision.text or is_backchannel(decision.text)):
+            log.info("call {call_id} the interruption was only {text!r}: saying the prompt again",
+                     text=decision.text, **self.log_fields)
+            self._stop_listening()
+            self._run(list(reask))
+            return
         if not decision.text:
             log.info("call {call_id} speech without words ignored", **self.log_fields)
             if self._listening and self._listen is not None and not self._caller_speaking:
@@ -564,13 +576,16 @@ class CallSession:
         now = self._monotonic()
         spoke_ms = (max(self.media.last_voiced_at, barge["started"]) - barge["started"]) * 1000.0
         still_talking = self._caller_speaking or now - self.media.last_voiced_at < 0.1
+        text = self.transcripts.text
+        allowance = (self.settings.backchannel_words_max_ms if not text.strip() or is_backchannel(text)
+                     else self.settings.backchannel_max_ms)
         if still_talking:
-            if spoke_ms >= self.settings.backchannel_max_ms:
+            if spoke_ms >= allowance:
                 self._commit_barge_in("long enough")
             else:
-                self._schedule_barge_check(max(0.02, (self.settings.backchannel_max_ms - spoke_ms) / 1000.0))
+                self._schedule_barge_check(max(0.02, (allowance - spoke_ms) / 1000.0))
             return
-        if spoke_ms >= self.settings.backchannel_max_ms or self._says_something(self.transcripts.text):
+        if spoke_ms >= allowance or self._says_something(text):
             self._commit_barge_in("spoke")
             return
         # A short acknowledgement, a cough with a voice in it: carry on where the prompt stopped.
@@ -604,9 +619,17 @@ class CallSession:
         if self._metrics:
             self._metrics.barge_in_outcomes.labels("interrupted").inc()
         log.info("call {call_id} barge-in confirmed ({why})", why=why, **self.log_fields)
+        again: list[Action] = [self._current] if self._current is not None else []
+        for action in self._pending:
+            again.append(action)
+            if isinstance(action, Listen):
+                break
         if not self._interrupt_prompt():
             self.playout.resume()
-        elif self._listening:
+            return
+        if again and isinstance(again[0], Say) and isinstance(again[-1], Listen):
+            self._reask = tuple(again)
+        if self._listening:
             self.endpointer.on_speech_start(barge["started"] * 1000.0)
             self._handle_endpoint(self.endpointer.on_transcript(self.transcripts.text, self._now_ms()))
 

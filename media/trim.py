@@ -1,11 +1,14 @@
 """Trim the silence synthesisers put around speech.
 
-flite starts a prompt with 200-350 ms of silence; played as is, that silence
-is added to every turn's latency. Cached prompts are trimmed once
+flite starts a prompt with 200-350 ms of silence (and sometimes with a few
+hundred milliseconds of low-level noise); played as is, it is added to every
+turn's latency. Cached prompts are trimmed once
 (:func:`trim_silence`); streamed synthesis passes through a
 :class:`LeadingSilenceGate` that drops audio until the first voiced frame.
 """
 from __future__ import annotations
+
+import math
 
 from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, rms_dbfs
 
@@ -17,12 +20,20 @@ def _window_bytes(sample_rate_hz: int) -> int:
     return sample_rate_hz * _WINDOW_MS // 1000 * BYTES_PER_SAMPLE
 
 
-def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = 5, tail_ms: int = 150,
-                 threshold_dbfs: float = -50.0) -> bytes:
-    """*pcm* without leading silence (keeping *lead_ms*) and with at most *tail_ms* after the last sound."""
+def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = 40, tail_ms: int = 150,
+                 threshold_dbfs: float | None = None, below_peak_db: float = 25.0) -> bytes:
+    """*pcm* without leading silence (keeping *lead_ms*, so a soft first consonant stays) and
+    with at most *tail_ms* after the last sound.
+
+    "Sound" is a 5 ms window above *threshold_dbfs*, by default *below_peak_db* under the
+    loudest window: synthesisers often start with a long stretch of low-level noise."""
     w = _window_bytes(sample_rate_hz)
     n = len(pcm) // w
-    voiced = [i for i in range(n) if rms_dbfs(pcm[i * w:(i + 1) * w]) > threshold_dbfs]
+    levels = [rms_dbfs(pcm[i * w:(i + 1) * w]) for i in range(n)]
+    if threshold_dbfs is None:
+        loudest = max(levels, default=-math.inf)
+        threshold_dbfs = max(-50.0, loudest - below_peak_db)
+    voiced = [i for i, level in enumerate(levels) if level > threshold_dbfs]
     if not voiced:
         return pcm
     per_ms = sample_rate_hz // 1000 * BYTES_PER_SAMPLE
@@ -34,8 +45,8 @@ def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: i
 class LeadingSilenceGate:
     """Drops streamed audio until the first voiced window, then passes everything."""
 
-    def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = 5,
-                 threshold_dbfs: float = -50.0) -> None:
+    def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = 40,
+                 threshold_dbfs: float = -40.0) -> None:
         self._w = _window_bytes(sample_rate_hz)
         self._lead = lead_ms * (sample_rate_hz // 1000) * BYTES_PER_SAMPLE
         self._threshold = threshold_dbfs

@@ -185,7 +185,8 @@ def noise_frame(seed: int) -> bytes:
 
 
 def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
-    """Barge-in: 30 ms of voice pauses the prompt; speech going on past 450 ms interrupts it."""
+    """Barge-in: 30 ms of voice pauses the prompt; words that are more than an acknowledgement,
+    with the voice going on past 450 ms, interrupt it."""
     h = Harness()
     h.session.start()
     h.tick(40)  # part of the greeting
@@ -193,7 +194,9 @@ def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
     assert h.session.playout.paused
     assert h.session.playout.pull_frame(FRAME) == bytes(FRAME)
     assert h.session.barge_ins == 0
-    h.tick(45, caller=tone_frame())
+    h.tick(20, caller=tone_frame())
+    h.asr_interim("wait i need")
+    h.tick(25, caller=tone_frame())
     assert h.session.barge_ins == 1
     assert not h.session.playout.busy
     assert h.session._listening
@@ -219,6 +222,23 @@ def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
     assert not greeting["interrupted"] and greeting["played_ms"] == greeting["total_ms"]
     assert h.said()[1].startswith("How can I help you")
     assert played_before > 0
+
+
+def test_a_long_voice_without_words_interrupts_after_900_ms_and_is_then_asked_again():
+    """Humming with no words: the prompt is interrupted after 900 ms; when the turn ends with no
+    words the interrupted prompt is said again instead of a no-match."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    h.tick(60, caller=tone_frame())
+    assert h.session.barge_ins == 0 and h.session.playout.paused
+    h.tick(35, caller=tone_frame())
+    assert h.session.barge_ins == 1
+    h.tick(100)  # 800 ms of silence ends the empty turn
+    h.tick(100)
+    said = h.said()
+    assert said[-2:] == said[:2], said  # greeting and menu again
+    assert not any(t.startswith("Sorry") for t in said)
 
 
 def test_a_noise_burst_does_not_pause_the_prompt():

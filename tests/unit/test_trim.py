@@ -16,11 +16,22 @@ def silence(ms: int) -> bytes:
     return bytes(RATE * ms // 1000 * 2)
 
 
+def quiet_tone(ms: int) -> bytes:
+    n = RATE * ms // 1000
+    return struct.pack(f"<{n}h", *(int(60 * math.sin(2 * math.pi * 200 * i / RATE)) for i in range(n)))
+
+
 def test_leading_silence_is_cut_to_the_lead_in_and_the_tail_is_capped():
-    """300 ms of silence before and 400 ms after 500 ms of sound become 5 ms and 150 ms."""
+    """300 ms of silence before and 400 ms after 500 ms of sound become 40 ms and 150 ms."""
     out = trim_silence(silence(300) + tone(500) + silence(400))
-    assert len(out) == len(silence(5) + tone(500) + silence(150))
-    assert out[len(silence(5)):len(silence(5)) + 64] == tone(500)[:64]
+    assert len(out) == len(silence(40) + tone(500) + silence(150))
+    assert out[len(silence(40)):len(silence(40)) + 64] == tone(500)[:64]
+
+
+def test_low_level_noise_before_the_speech_is_cut_too():
+    """A synthesiser's 400 ms of -55 dBFS murmur before the speech is not kept as the start."""
+    out = trim_silence(quiet_tone(400) + tone(500))
+    assert len(out) == len(quiet_tone(40) + tone(500))
 
 
 def test_all_silence_is_left_alone():
@@ -33,5 +44,5 @@ def test_gate_drops_streamed_leading_silence_across_chunks():
     gate = LeadingSilenceGate()
     audio = silence(250) + tone(100) + silence(50) + tone(50)
     out = b"".join(gate.process(audio[i:i + 999]) for i in range(0, len(audio), 999))
-    assert out == silence(5) + tone(100) + silence(50) + tone(50)
-    assert gate.dropped_bytes == len(silence(245))
+    assert out == silence(40) + tone(100) + silence(50) + tone(50)
+    assert gate.dropped_bytes == len(silence(210))
