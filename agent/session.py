@@ -43,6 +43,10 @@ from media.voicing import PeriodicityMeter
 
 #: periodicity above which a frame counts as voice rather than noise
 PERIODIC_VOICE = 0.45
+
+#: words with which callers take the turn while the agent talks
+INTERRUPTION_WORDS = frozenset(
+    "wait stop hold excuse sorry pardon hello help question repeat again actually no agent operator".split())
 from media.vad import EnergyVad, VadConfig, VadEvent, VadEventType
 
 log = Logger(namespace="openclaw.session")
@@ -110,9 +114,9 @@ class SessionSettings:
     asr_reopen_limit: int = 3
     #: a voice shorter than this during an interruptible prompt, whose words are not a request,
     #: is an acknowledgement ("uh-huh", "okay"): the paused prompt resumes
-    backchannel_max_ms: int = 450
-    #: ... or up to this long when the recogniser hears only acknowledgement words (or none yet)
-    backchannel_words_max_ms: int = 900
+    #: during an interruptible prompt, a caller's voice this long takes the turn whatever the
+    #: words; shorter, it does only with a request or an interrupting word, else the prompt resumes
+    interruption_min_ms: int = 1200
     endpointer: EndpointerConfig = field(default_factory=EndpointerConfig)
     #: an intent match this sure counts as a complete request for endpointing (the dialogue
     #: itself accepts weaker matches once the turn is over)
@@ -560,7 +564,7 @@ class CallSession:
         if self._metrics:
             self._metrics.barge_in_decision.observe(max(0.0, self._monotonic() - started_at))
         log.info("call {call_id} caller's voice: prompt paused", **self.log_fields)
-        wait = started_at + self.settings.backchannel_max_ms / 1000.0 - self._monotonic()
+        wait = started_at + self.settings.interruption_min_ms / 1000.0 - self._monotonic()
         self._schedule_barge_check(max(0.0, wait))
 
     def _schedule_barge_check(self, delay_s: float) -> None:
@@ -577,16 +581,14 @@ class CallSession:
         spoke_ms = (max(self.media.last_voiced_at, barge["started"]) - barge["started"]) * 1000.0
         still_talking = self._caller_speaking or now - self.media.last_voiced_at < 0.1
         text = self.transcripts.text
-        allowance = (self.settings.backchannel_words_max_ms if not text.strip() or is_backchannel(text)
-                     else self.settings.backchannel_max_ms)
+        if self._says_something(text):
+            self._commit_barge_in("words")
+            return
         if still_talking:
-            if spoke_ms >= allowance:
+            if spoke_ms >= self.settings.interruption_min_ms:
                 self._commit_barge_in("long enough")
             else:
-                self._schedule_barge_check(max(0.02, (allowance - spoke_ms) / 1000.0))
-            return
-        if spoke_ms >= allowance or self._says_something(text):
-            self._commit_barge_in("spoke")
+                self._schedule_barge_check(max(0.02, (self.settings.interruption_min_ms - spoke_ms) / 1000.0))
             return
         # A short acknowledgement, a cough with a voice in it: carry on where the prompt stopped.
         self._barge = None
@@ -598,13 +600,14 @@ class CallSession:
                  ms=spoke_ms, text=self.transcripts.text, **self.log_fields)
 
     def _says_something(self, text: str) -> bool:
-        """Words that are more than an acknowledgement: a request, or several real words."""
+        """Words that take the turn: a request the dialogue understands, or a word people use
+        to interrupt ("wait", "stop", "excuse me"). Recognisers turn acknowledgements into
+        random short words ("mm-hmm" → "and they get it"), so other words do not count."""
         if not text.strip() or is_backchannel(text):
             return False
         if self._is_complete(text):
             return True
-        real = [w for w in words(text) if w not in BACKCHANNELS]
-        return len(real) >= 3
+        return any(w in INTERRUPTION_WORDS for w in words(text))
 
     def _commit_barge_in(self, why: str) -> None:
         barge, self._barge = self._barge, None

@@ -185,8 +185,8 @@ def noise_frame(seed: int) -> bytes:
 
 
 def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
-    """Barge-in: 30 ms of voice pauses the prompt; words that are more than an acknowledgement,
-    with the voice going on past 450 ms, interrupt it."""
+    """Barge-in: 30 ms of voice pauses the prompt; an interrupting word ("wait") makes it an
+    interruption at once."""
     h = Harness()
     h.session.start()
     h.tick(40)  # part of the greeting
@@ -195,8 +195,8 @@ def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
     assert h.session.playout.pull_frame(FRAME) == bytes(FRAME)
     assert h.session.barge_ins == 0
     h.tick(20, caller=tone_frame())
+    assert h.session.barge_ins == 0
     h.asr_interim("wait i need")
-    h.tick(25, caller=tone_frame())
     assert h.session.barge_ins == 1
     assert not h.session.playout.busy
     assert h.session._listening
@@ -206,12 +206,13 @@ def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
 
 def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
     """ "uh-huh" (250 ms of voice, recognised as a backchannel) does not stop the prompt."""
+    # Also true for an acknowledgement the recogniser turns into other short words.
     h = Harness()
     h.session.start()
     h.tick(40)
     played_before = h.session.playout.frames_pulled
     h.tick(10, caller=tone_frame())
-    h.asr_interim("uh huh")
+    h.asr_interim("and they get it")
     h.tick(15, caller=tone_frame())
     assert h.session.playout.paused
     h.tick(25)
@@ -224,15 +225,15 @@ def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
     assert played_before > 0
 
 
-def test_a_long_voice_without_words_interrupts_after_900_ms_and_is_then_asked_again():
-    """Humming with no words: the prompt is interrupted after 900 ms; when the turn ends with no
+def test_a_long_voice_without_words_interrupts_after_1200_ms_and_is_then_asked_again():
+    """Humming with no words: the prompt is interrupted after 1.2 s; when the turn ends with no
     words the interrupted prompt is said again instead of a no-match."""
     h = Harness()
     h.session.start()
     h.tick(40)
-    h.tick(60, caller=tone_frame())
+    h.tick(100, caller=tone_frame())
     assert h.session.barge_ins == 0 and h.session.playout.paused
-    h.tick(35, caller=tone_frame())
+    h.tick(25, caller=tone_frame())
     assert h.session.barge_ins == 1
     h.tick(100)  # 800 ms of silence ends the empty turn
     h.tick(100)
