@@ -419,12 +419,24 @@ class AgentServer:
             session._current = None
             session._current_segment = None
             session._stop_listening()
-            session._run([Say(GOODBYE_PROMPT, self.config.speech.voice, barge_in=False, cache_key=None),
-                          Hangup("server stopping")])
         except Exception:
             log.failure("call {call_id}: goodbye failed; hanging up", call_id=session.call_id)
             session._control.hangup()
             session.close("server stopping")
+            return
+
+        def goodbye() -> None:
+            # A turn later: the flushed prompt's playout event (delivered through
+            # callFromThread) must not be taken for the goodbye's.
+            try:
+                session._run([Say(GOODBYE_PROMPT, self.config.speech.voice, barge_in=False, cache_key=None),
+                              Hangup("server stopping")])
+            except Exception:
+                log.failure("call {call_id}: goodbye failed; hanging up", call_id=session.call_id)
+                session._control.hangup()
+                session.close("server stopping")
+
+        self.reactor.callLater(0.05, goodbye)
 
     def _hang_up_all(self, how: str) -> None:
         self._goodbye_timer = None

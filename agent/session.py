@@ -593,6 +593,7 @@ class CallSession:
         # A short acknowledgement, a cough with a voice in it: carry on where the prompt stopped.
         self._barge = None
         self.false_interruptions += 1
+        self.transcripts.consume()  # its words are not part of the caller's next turn
         self.playout.resume()
         if self._metrics:
             self._metrics.barge_in_outcomes.labels("resumed").inc()

@@ -8,7 +8,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${OPENCLAW_VENV:-$ROOT/.venv}"
-DEB_PACKAGES=(python3 python3-venv python3-dev flite libflite1 sip-tester tshark sox procps iproute2)
+# kamailio: the SIP front of `serve --workers N --front kamailio` (dispatcher, pike, kamcmd);
+# prometheus: promtool, which checks and tests ops/prometheus/ (the server is not started).
+DEB_PACKAGES=(python3 python3-venv python3-dev flite libflite1 sip-tester tshark sox procps iproute2
+              kamailio prometheus systemd)
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 
@@ -27,6 +30,22 @@ install_debian_packages() {
         # tshark asks whether non-root users may capture; answer "no" without a prompt.
         echo "wireshark-common wireshark-common/install-setuid boolean false" | $sudo debconf-set-selections
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        stop_distribution_services
+    fi
+}
+
+stop_distribution_services() {
+    # The Debian package's own kamailio.service would take port 5060 with its sample config:
+    # OpenClaw Voice starts Kamailio itself (--front kamailio) or through ops/systemd/.
+    if [[ -d /run/systemd/system ]]; then
+        local sudo=""
+        [[ $(id -u) -eq 0 ]] || sudo="sudo"
+        for unit in kamailio.service; do
+            if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
+                log "disabling the distribution's $unit"
+                $sudo systemctl disable --now "$unit" >/dev/null 2>&1 || true
+            fi
+        done
     fi
 }
 
