@@ -497,6 +497,14 @@ class RegionalSpeech:
                 log.failure("on_failover raised")
         return nxt
 
+    def _has_alternative(self, from_region: str) -> bool:
+        """Could the call move anywhere else right now?"""
+        nxt = self.selector.next_best(
+            self._failed | {from_region}, self._caller_number, self._source_ip, self._pinned,
+            now=self.reactor.seconds(), need_dialogue=self._need_dialogue,
+        )
+        return isinstance(nxt, Selection)
+
     def _stream_rtt_s(self, address: str) -> float:
         try:
             return self.selector.health(address).rtt_s or 0.0
@@ -785,6 +793,14 @@ class FailoverRecognitionStream:
             self._give_up(SpeechError(f"recognition failed after {self.failover_count} region moves: {reason}", retryable=True))
             return
         from_region = self._region
+        if reason.startswith("stall") and not self._owner._has_alternative(from_region):
+            # Only suspected, and there is nowhere to go: keep the stream (a busy server that
+            # answers late is better than none) and watch it afresh.
+            with self._lock:
+                self._detector.reset(self._reactor.seconds(), awaiting=False)
+            log.info("call {call_id} recognition in region {region} looks stalled ({reason}); no other region, "
+                     "keeping it", call_id=self._owner.call_id, region=from_region, reason=reason)
+            return
         nxt = self._owner._move(from_region, "asr", reason)
         if isinstance(nxt, NoRegion):
             self._give_up(SpeechError(f"recognition failed in region {from_region} ({reason}); no region left: {nxt.detail}", retryable=True))

@@ -578,3 +578,18 @@ def test_a_noise_burst_then_quiet_then_speech_is_not_a_stall() -> None:
     w.talk(stream, quiet(100))
     w.talk(stream, tone(30), each=lambda i: a.interim(f"word {i}") if i % 10 == 9 else None)
     assert w.events == []
+
+
+def test_a_suspected_stall_with_no_other_region_keeps_the_stream() -> None:
+    """The only region answers late (probes slow, no results while the caller talks): the call
+    keeps its stream rather than losing recognition, and nothing is counted as a move."""
+    w = World(names=("a",))
+    stream = w.open()
+    w.alive.discard("a")  # probes go unanswered for a while (a busy server)
+    w.talk(stream, tone(40))
+    assert w.errors == [] and w.events == []
+    assert w.selector.failovers == {}
+    a = w.client("a").recognitions[0]
+    w.alive.add("a")
+    a.final("check my balance", 0.8, 0.8)
+    assert w.finals == ["check my balance"]
