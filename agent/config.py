@@ -82,6 +82,8 @@ class RoutingSettings:
     probe_timeout_ms: int = 500
     stall_timeout_ms: int = 400
     hysteresis_ms: int = 15
+    #: ask each Riva endpoint which models it serves (GetRiva*Config) and route pinned calls by it
+    discover_versions: bool = False
 
 
 @dataclass(frozen=True)
@@ -291,12 +293,14 @@ def load_config(path: str | None) -> ServerConfig:
                         errors.append((rn.value[i].mark, f"config.speech.regions[{i}]: duplicate region name {name!r}"))
         routing = RoutingSettings()
         if (rr := r.sub("routing")) is not None:
-            rr.check_keys(("probe_interval_ms", "probe_timeout_ms", "stall_timeout_ms", "hysteresis_ms"))
+            rr.check_keys(("probe_interval_ms", "probe_timeout_ms", "stall_timeout_ms", "hysteresis_ms",
+                           "discover_versions"))
             routing = RoutingSettings(
                 probe_interval_ms=rr.get("probe_interval_ms", int, routing.probe_interval_ms, _positive),
                 probe_timeout_ms=rr.get("probe_timeout_ms", int, routing.probe_timeout_ms, _positive),
                 stall_timeout_ms=rr.get("stall_timeout_ms", int, routing.stall_timeout_ms, _positive),
-                hysteresis_ms=rr.get("hysteresis_ms", int, routing.hysteresis_ms, _positive))
+                hysteresis_ms=rr.get("hysteresis_ms", int, routing.hysteresis_ms, _positive),
+                discover_versions=rr.get("discover_versions", bool, False))
         speech = SpeechSettings(regions=tuple(regions), routing=routing, voice=r.get("voice", str, speech.voice),
                                 stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive))
 

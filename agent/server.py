@@ -193,6 +193,7 @@ class AgentServer:
         self.region_metrics = register_region_metrics(self.metrics.registry, self.selector, self.reactor.seconds)
         self.prober = RegionProber(self.reactor, self.selector, interval_s=routing.probe_interval_ms / 1000.0,
                                    timeout_s=routing.probe_timeout_ms / 1000.0,
+                                   discover_versions=routing.discover_versions,
                                    on_probe=self.region_metrics.observe_probe)
         self.prober.start()
         yield self.prober.ready
