@@ -117,6 +117,8 @@ class SessionSettings:
     #: during an interruptible prompt, a caller's voice this long takes the turn whatever the
     #: words; shorter, it does only with a request or an interrupting word, else the prompt resumes
     interruption_min_ms: int = 1200
+    #: a voice at least this long waits for the recogniser's final before the prompt resumes
+    wait_final_after_ms: int = 500
     endpointer: EndpointerConfig = field(default_factory=EndpointerConfig)
     #: an intent match this sure counts as a complete request for endpointing (the dialogue
     #: itself accepts weaker matches once the turn is over)
@@ -247,6 +249,7 @@ class CallSession:
         #: the prompt a caller's voice interrupted, and the ask after it: said again if the
         #: "interruption" turns out to be only an acknowledgement or a noise
         self._reask: tuple[Action, ...] | None = None
+        self._barge_committing = False
         self._pending: deque[Action] = deque()
         self._current: Action | None = None
         self._current_segment: int | None = None
@@ -411,6 +414,12 @@ class CallSession:
                 self._metrics.cut_ins.inc()
             log.info("call {call_id} cut-in: caller added {extra!r} after the turn was taken",
                      extra=" ".join(extra), **self.log_fields)
+        if self._barge is not None:
+            self._barge["final"] = True
+            if self._says_something(turn_text):
+                self._commit_barge_in("words")
+                return
+            self._schedule_barge_check(0.0)
         if self._listening and turn_text:
             self._speculate(turn_text)
             self._handle_endpoint(self.endpointer.on_transcript(turn_text, self._now_ms()))
@@ -590,6 +599,11 @@ class CallSession:
             else:
                 self._schedule_barge_check(max(0.02, (self.settings.interruption_min_ms - spoke_ms) / 1000.0))
             return
+        if (spoke_ms >= self.settings.wait_final_after_ms and not barge.get("final")
+                and now - self.media.last_voiced_at < self.settings.stop_history_ms / 1000.0 + 0.3):
+            # Longer than most acknowledgements: let the recogniser's final say what it was.
+            self._schedule_barge_check(0.05)
+            return
         # A short acknowledgement, a cough with a voice in it: carry on where the prompt stopped.
         self._barge = None
         self.false_interruptions += 1
@@ -628,13 +642,20 @@ class CallSession:
             again.append(action)
             if isinstance(action, Listen):
                 break
-        if not self._interrupt_prompt():
+        self._barge_committing = True
+        try:
+            interrupted = self._interrupt_prompt()
+        finally:
+            self._barge_committing = False
+        if not interrupted:
             self.playout.resume()
             return
         if again and isinstance(again[0], Say) and isinstance(again[-1], Listen):
             self._reask = tuple(again)
         if self._listening:
             self.endpointer.on_speech_start(barge["started"] * 1000.0)
+            if not self._caller_speaking:
+                self.endpointer.on_speech_end(self.media.last_voiced_at * 1000.0, self._now_ms())
             self._handle_endpoint(self.endpointer.on_transcript(self.transcripts.text, self._now_ms()))
 
     def _interrupt_prompt(self, by_key: bool = False) -> bool:
@@ -688,7 +709,7 @@ class CallSession:
             elif isinstance(action, Listen):
                 self._listening = True
                 self._listen = action
-                if self._caller_speaking and self._speech_started_at is not None:
+                if (self._caller_speaking or self._barge_committing) and self._speech_started_at is not None:
                     # Barge-in: the caller's turn began while the prompt played.
                     self.endpointer.on_speech_start(self._speech_started_at * 1000.0)
                 else:

@@ -68,7 +68,8 @@ def test_sipp_caller_asking_for_balance_hears_the_balance(agent: AgentProcess, t
     after = type(reply)(reply.src, reply.sport, reply.dst, reply.dport, reply.ssrc,
                         [p for p in reply.packets if p.at_s > caller_end])
     text = transcribe_8k(agent.speech_uri, after.audio(8000))
-    assert "balance" in text and re.search(r"hundred|twenty|dollars", text), text
+    # The balance prompt: "Your account balance is one hundred twenty three dollars and forty five cents."
+    assert len(set(text.split()) & {"account", "balance", "hundred", "twenty", "three", "dollars", "forty"}) >= 3, text
     wait_idle(agent)
     record = agent.records()[-1]
     intents = [e["intent"] for e in record["dialogue"] if e["kind"] == "intent"]  # type: ignore[index,union-attr]
