@@ -55,7 +55,7 @@ def main_serve(args: Any) -> int:
 
     from twisted.internet import reactor
 
-    from agent.server import AgentServer, install_signal_handlers
+    from agent.server import AgentServer, install_signal_handlers, stop_reactor
 
     try:
         server = AgentServer(config, reactor)
@@ -65,7 +65,7 @@ def main_serve(args: Any) -> int:
     server.worker_id = getattr(args, "worker_id", None)
     drain_timeout = getattr(args, "drain_timeout", None)
     server.drain_timeout_s = 300.0 if drain_timeout is None else drain_timeout
-    server.on_idle = lambda: reactor.stop() if reactor.running else None
+    server.on_idle = lambda: stop_reactor(reactor)
     outcome = {"status": 0}
 
     def failed(failure: Any) -> None:

@@ -753,6 +753,16 @@ class _Health(Resource):
         return json.dumps(body).encode()
 
 
+def stop_reactor(reactor: Any) -> None:
+    """Stop the reactor unless it is already stopping (a second signal must not raise)."""
+    from twisted.internet.error import ReactorNotRunning
+
+    try:
+        reactor.stop()
+    except ReactorNotRunning:
+        pass
+
+
 class _Admin(Resource):
     """``POST /admin/drain`` (from loopback only): drain this process; see docs/scaling.md."""
 
@@ -789,8 +799,7 @@ def install_signal_handlers(reactor: Any, server: AgentServer) -> None:
     SIGHUP: reload the dialplans.
     """
     def stop_now() -> None:
-        if reactor.running:
-            reactor.stop()
+        stop_reactor(reactor)
 
     def shutdown_in_reactor(name: str) -> None:
         if server.ending_calls or not server.sessions:
