@@ -250,6 +250,8 @@ class CallSession:
         #: "interruption" turns out to be only an acknowledgement or a noise
         self._reask: tuple[Action, ...] | None = None
         self._barge_committing = False
+        #: playout segment id → its prompt's entry in the call record
+        self._prompt_records: dict[int, dict[str, Any]] = {}
         self._pending: deque[Action] = deque()
         self._current: Action | None = None
         self._current_segment: int | None = None
@@ -879,6 +881,13 @@ class CallSession:
         self._run(self.dialogue.on_call_timeout())
 
     def _say(self, say: Say) -> None:
+        self._say_segment(say)
+        if self._current_segment is not None and self.turns and self.turns[-1].agent_prompts:
+            record = self.turns[-1].agent_prompts[-1]
+            record["segment"] = self._current_segment
+            self._prompt_records[self._current_segment] = record
+
+    def _say_segment(self, say: Say) -> None:
         turn = self.turns[-1] if self.turns else None
         record = {"text": say.text, "played_ms": 0.0, "total_ms": None, "interrupted": False}
         if turn is not None:
@@ -954,9 +963,15 @@ class CallSession:
             self._advance()
 
     def _record_played(self, event: PlayoutEvent) -> None:
+        record = self._prompt_records.pop(event.segment_id, None)
+        if record is not None:
+            record["played_ms"] = round(duration_ms(event.played_bytes, self.settings.sample_rate_hz))
+            record["total_ms"] = round(duration_ms(event.total_bytes, self.settings.sample_rate_hz))
+            record["interrupted"] = event.type is PlayoutEventType.FLUSHED
+            return
         for turn in reversed(self.turns[-2:]):
             for record in reversed(turn.agent_prompts):
-                if record["total_ms"] is None:
+                if record["total_ms"] is None and "segment" not in record:
                     record["played_ms"] = round(duration_ms(event.played_bytes, self.settings.sample_rate_hz))
                     record["total_ms"] = round(duration_ms(event.total_bytes, self.settings.sample_rate_hz))
                     record["interrupted"] = event.type is PlayoutEventType.FLUSHED
