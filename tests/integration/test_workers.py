@@ -336,8 +336,9 @@ def test_kill_9_worker_under_load_fails_over_and_rejoins(node: Node, tmp_path: A
     victim = node.health()["workers"][0]
     assert victim["status"] == "ready" and victim["pid"]
     trace = tmp_path / "load.log"
+    scenario = proxy_scenario(tmp_path, "caller-hold.xml")  # BYEs follow Record-Route to the call's worker
     sipp = subprocess.Popen(
-        ["sipp", "-sf", os.path.join(SIPP_DIR, "caller-hold.xml"), "-i", "127.0.0.1", "-p", str(free_port()),
+        ["sipp", "-sf", scenario, "-i", "127.0.0.1", "-p", str(free_port()),
          "-nostdin", "-timeout", "60s", "-s", "1000", "-m", "24", "-l", "6", "-r", "2", "-d", "1500",
          "-mp", str(free_port()), "-trace_msg", "-message_file", str(trace), node.target],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -364,10 +365,10 @@ def test_kill_9_worker_under_load_fails_over_and_rejoins(node: Node, tmp_path: A
                            30, "worker 0 restarted")
     assert health["workers"][0]["restarts"] == 1 and health["workers"][0]["pid"] != victim["pid"]
     assert "signal SIGKILL" in health["workers"][0]["last_exit"]
-    node.wait_for(lambda: node.front_states().get(node.worker_uri(0), "") == "AP", 10, "worker 0 up in Kamailio")
+    node.wait_for(lambda: node.front_states().get(node.worker_uri(0), "") == "AP", 30, "worker 0 up in Kamailio")
     m = node.metrics()
     assert m['openclaw_worker_restarts_total{reason="crashed",worker="0"}'] == 1
-    result = run_sipp(os.path.join(SIPP_DIR, "caller-hold.xml"), node.target, "-s", "1000", "-m", "4", "-l", "4",
+    result = run_sipp(scenario, node.target, "-s", "1000", "-m", "4", "-l", "4",
                       "-r", "20", "-d", "500", "-mp", str(free_port()))
     assert result.returncode == 0, result.stdout.decode()[-2000:]
     assert node.metrics()['openclaw_calls_total{outcome="answered",worker="0"}'] >= 1, "the new worker 0 got no call"
@@ -377,7 +378,7 @@ def test_kamailio_probes_alone_notice_a_hung_worker(node: Node, tmp_path: Any) -
     """A worker that hangs (SIGSTOP: its process lives, so only probes can tell) is marked down by
     Kamailio's own OPTIONS probes (every 1 s, 1 s timeout) within about two seconds; calls then go to the
     other worker without failing, and the worker rejoins when it answers again (SIGCONT)."""
-    node.wait_for(lambda: node.front_states().get(node.worker_uri(1)) == "AP", 10, "worker 1 up")
+    node.wait_for(lambda: node.front_states().get(node.worker_uri(1)) == "AP", 30, "worker 1 up")
     pid = node.health()["workers"][1]["pid"]
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -396,7 +397,7 @@ def test_kamailio_probes_alone_notice_a_hung_worker(node: Node, tmp_path: Any) -
     finally:
         os.kill(pid, signal.SIGCONT)
     assert down_s <= 2.6
-    node.wait_for(lambda: node.front_states().get(node.worker_uri(1)) == "AP", 5, "worker 1 back up")
+    node.wait_for(lambda: node.front_states().get(node.worker_uri(1)) == "AP", 20, "worker 1 back up")
     assert node.health()["workers"][1]["restarts"] == 0
 
 
@@ -413,9 +414,9 @@ def test_sigterm_drains_calls_in_progress_finish_and_nothing_new_is_accepted(tmp
              "-s", "1000", "-m", "4", "-l", "4", "-r", "20", "-mp", str(free_port()), "-trace_msg",
              "-message_file", str(trace), node.target],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-        node.wait_for(lambda: node.health()["active_calls"] == 4, 10, "4 calls up")
+        node.wait_for(lambda: node.health()["active_calls"] == 4, 30, "4 calls up")
         node.proc.send_signal(signal.SIGTERM)
-        node.wait_for(lambda: all(f.startswith("I") for f in node.front_states().values()), 5,
+        node.wait_for(lambda: all(f.startswith("I") for f in node.front_states().values()), 15,
                       "Kamailio to mark both draining workers down")
         late = tmp_path / "late.log"
         result = run_sipp(os.path.join(SIPP_DIR, "caller-hold.xml"), node.target, "-s", "1000", "-m", "1",
@@ -502,7 +503,7 @@ def test_second_sigterm_ends_calls_with_a_goodbye_then_bye(tmp_path: Any) -> Non
             ["sipp", "-sf", str(scenario), "-i", "127.0.0.1", "-p", str(free_port()), "-nostdin", "-timeout", "60s",
              "-s", "1000", "-m", "2", "-l", "2", "-r", "20", "-mp", str(free_port()), node.target],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-        node.wait_for(lambda: node.health()["active_calls"] == 2, 10, "2 calls up")
+        node.wait_for(lambda: node.health()["active_calls"] == 2, 30, "2 calls up")
         time.sleep(1.0)
         node.proc.send_signal(signal.SIGTERM)
         time.sleep(1.0)
