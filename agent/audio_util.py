@@ -6,7 +6,6 @@ comes from the ``audioop-lts`` package on 3.13+.
 """
 from __future__ import annotations
 
-import math
 import warnings
 
 with warnings.catch_warnings():
@@ -14,6 +13,9 @@ with warnings.catch_warnings():
     import audioop
 
 SAMPLE_WIDTH_BYTES = 2
+
+# One definition of a frame's level for the whole project.
+from media.frames import rms_dbfs  # noqa: E402,F401
 
 # audioop.ratecv carries filter state between calls so that a stream resampled chunk by
 # chunk is identical to the whole signal resampled at once.
@@ -79,11 +81,3 @@ def pcm16_to_alaw(pcm: bytes) -> bytes:
     return audioop.lin2alaw(pcm, SAMPLE_WIDTH_BYTES)
 
 
-def rms_dbfs(pcm: bytes) -> float:
-    """Root-mean-square level of pcm16 audio in dB relative to full scale (-inf for silence)."""
-    if len(pcm) < SAMPLE_WIDTH_BYTES:
-        return float("-inf")
-    rms = audioop.rms(pcm[: len(pcm) - len(pcm) % SAMPLE_WIDTH_BYTES], SAMPLE_WIDTH_BYTES)
-    if rms <= 0:
-        return float("-inf")
-    return 20.0 * math.log10(rms / 32768.0)
