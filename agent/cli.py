@@ -10,6 +10,7 @@ Sub-commands:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import sys
 from typing import Any
 
@@ -118,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A crash inside a native library (pjsua2, pocketsphinx, flite) prints the Python stacks of
+    # every thread to stderr, which the log collects, instead of dying silently.
+    faulthandler.enable(all_threads=True)
     if args.command == "serve":
         from agent.serve import main_serve
 

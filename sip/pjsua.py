@@ -131,27 +131,52 @@ class CallCallbacks:
 
 
 class _MediaPort(pj.AudioMediaPort):
-    """Moves PCM between the conference bridge and the application (clock thread)."""
+    """Moves PCM between the conference bridge and the application (clock thread).
 
-    def __init__(self, sink: FrameSink, source: FrameSource) -> None:
+    A port is registered with the conference bridge once and then lent to one
+    call after another (see ``SipStack._acquire_port``): pjmedia removes a port
+    from the bridge asynchronously, on a later clock tick, so destroying one
+    while calls are running races the clock thread (a use-after-free that
+    crashed the process now and then when several calls ended together).
+    Between calls the port is unbound: it drops what it receives and sends
+    silence.
+    """
+
+    def __init__(self, name: str, fmt: pj.MediaFormatAudio) -> None:
         super().__init__()
-        self._sink = sink
-        self._source = source
+        #: (sink, source) while lent to a call; replaced in one assignment so
+        #: the clock thread sees either the old pair or the new one
+        self._binding: tuple[FrameSink, FrameSource] | None = None
         self.frames_in = 0
         self.frames_out = 0
+        self.createPort(name, fmt)
+
+    def bind(self, sink: FrameSink, source: FrameSource) -> None:
+        self.frames_in = self.frames_out = 0
+        self._binding = (sink, source)
+
+    def unbind(self) -> None:
+        self._binding = None
 
     def onFrameReceived(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 API)
+        binding = self._binding
+        if binding is None:
+            return
         try:
             if frame.type == pj.PJMEDIA_FRAME_TYPE_AUDIO and frame.size:
                 self.frames_in += 1
-                self._sink.push_frame(bytes(frame.buf))
+                binding[0].push_frame(bytes(frame.buf))
         except Exception:  # never let an exception cross into C++
             log.failure("media sink failed")
 
     def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 API)
+        binding = self._binding
+        if binding is None:
+            frame.type = pj.PJMEDIA_FRAME_TYPE_NONE
+            frame.size = 0
+            return
         try:
-            nbytes = frame.size
-            data = self._source.pull_frame(nbytes)
+            data = binding[1].pull_frame(frame.size)
             frame.type = pj.PJMEDIA_FRAME_TYPE_AUDIO
             frame.buf = pj.ByteVector(data)
             frame.size = len(data)
@@ -335,21 +360,30 @@ class SipCall:
     def _connect_media(self) -> None:
         if self._media is None or self._sink is None or self._source is None or self._port is not None:
             return
-        port = _MediaPort(self._sink, self._source)
-        fmt = pj.MediaFormatAudio()
-        cfg = self._stack.config
-        fmt.init(pj.PJMEDIA_FORMAT_PCM, cfg.clock_rate_hz, 1, cfg.frame_ms * 1000, 16)
-        port.createPort(f"call{id(self) & 0xffff:x}", fmt)
-        self._media.startTransmit(port)
-        port.startTransmit(self._media)
+        port = self._stack._acquire_port()
+        port.bind(self._sink, self._source)
         self._port = port
+        try:
+            self._media.startTransmit(port)
+            port.startTransmit(self._media)
+        except pj.Error as e:
+            log.warn("connecting call audio failed: {err}", err=e.info(), call_id=self.sip_call_id)
 
     def _release_media(self) -> None:
         port, self._port = self._port, None
-        self._media = None
-        if port is not None:
-            # Destroying the port unregisters it from the conference bridge.
-            self._stack._graveyard.append(port)
+        media, self._media = self._media, None
+        if port is None:
+            return
+        port.unbind()
+        if media is not None and not self.disconnected:
+            # A call that ended has had its stream removed from the bridge, and
+            # with it every connection; a live one (stack shutdown) is cut here.
+            for src, dst in ((media, port), (port, media)):
+                try:
+                    src.stopTransmit(dst)
+                except pj.Error:
+                    pass
+        self._stack._return_port(port)
 
     def _on_dtmf(self, digit: str) -> None:
         if not self.disconnected:
@@ -385,6 +419,9 @@ class SipStack:
         self._account: _Account | None = None
         self._calls: dict[int, SipCall] = {}
         self._graveyard: list[object] = []
+        #: media ports not lent to a call; all of them live until stop()
+        self._idle_ports: list[_MediaPort] = []
+        self._ports: list[_MediaPort] = []
         self._all_calls: weakref.WeakSet[SipCall] = weakref.WeakSet()
         self._poller: LoopingCall | None = None
         self._gate: _AdmissionGate | None = None
@@ -489,6 +526,11 @@ class SipStack:
             call._pj = None
         self._calls.clear()
         self._graveyard.clear()
+        # Every media port goes now, while the bridge exists (no loop variable
+        # may keep one alive past libDestroy()).
+        while self._ports:
+            self._ports.pop().unbind()
+        self._idle_ports.clear()
         gc.collect()
         self._graveyard.clear()
         if self._account is not None:
@@ -516,6 +558,20 @@ class SipStack:
         return call
 
     # -- internals ----------------------------------------------------------
+    def _acquire_port(self) -> _MediaPort:
+        """An idle media port, or a new one registered with the bridge."""
+        if self._idle_ports:
+            return self._idle_ports.pop()
+        fmt = pj.MediaFormatAudio()
+        fmt.init(pj.PJMEDIA_FORMAT_PCM, self.config.clock_rate_hz, 1, self.config.frame_ms * 1000, 16)
+        port = _MediaPort(f"media{len(self._ports)}", fmt)
+        self._ports.append(port)
+        return port
+
+    def _return_port(self, port: _MediaPort) -> None:
+        if port in self._ports and port not in self._idle_ports:
+            self._idle_ports.append(port)
+
     def _poll(self) -> None:
         if self._ep is None:
             return
