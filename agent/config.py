@@ -94,6 +94,8 @@ class SpeechSettings:
     voice: str = "kal16"
     #: trailing silence (ms) after which the recogniser finalises an utterance
     stop_history_ms: int = 300
+    #: send each call's expected phrases to the recogniser (Riva ``speech_contexts``)
+    phrase_hints: bool = False
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ def load_config(path: str | None) -> ServerConfig:
 
     speech = SpeechSettings()
     if (r := top.sub("speech")) is not None:
-        r.check_keys(("regions", "routing", "voice", "stop_history_ms"))
+        r.check_keys(("regions", "routing", "voice", "stop_history_ms", "phrase_hints"))
         regions: list[RegionSettings] = []
         rn = r.values.get("regions")
         if rn is not None:
@@ -302,7 +304,8 @@ def load_config(path: str | None) -> ServerConfig:
                 hysteresis_ms=rr.get("hysteresis_ms", int, routing.hysteresis_ms, _positive),
                 discover_versions=rr.get("discover_versions", bool, False))
         speech = SpeechSettings(regions=tuple(regions), routing=routing, voice=r.get("voice", str, speech.voice),
-                                stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive))
+                                stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive),
+                                phrase_hints=r.get("phrase_hints", bool, speech.phrase_hints))
 
     metrics = MetricsSettings()
     if (r := top.sub("metrics")) is not None:

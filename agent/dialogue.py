@@ -525,6 +525,12 @@ class DialogueSession:
         return seconds * 1000 if seconds is not None else None
 
     @property
+    def phrase_hints(self) -> tuple[str, ...]:
+        """What the caller is expected to say in this call (empty: anything); see
+        :meth:`Dialplan.phrase_hints`."""
+        return self._dialplan.phrase_hints(self._entry.name)
+
+    @property
     def settings(self) -> Settings:
         """The entry flow's settings (language, voice, ASR pin, endpointing, ...)."""
         return self._entry.settings

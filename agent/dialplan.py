@@ -38,7 +38,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from agent.intents import SLOT_TYPES
+from agent.intents import SLOT_TYPES, slot_phrases
 from agent.templates import (
     Expression,
     JsonArray,
@@ -636,20 +636,47 @@ class Dialplan:
                     keys.add(name[len(CONFIG_PREFIX) :])
         return frozenset(keys)
 
-    def needs_model(self, flow: str) -> bool:
-        """True when *flow*, or a flow it enters, has a ``model`` step."""
-        seen: set[str] = set()
+    def reachable_flows(self, flow: str) -> list[Flow]:
+        """*flow* and every flow it may enter through ``goto`` (directly or not)."""
+        seen: dict[str, Flow] = {}
         pending = [flow]
         while pending:
             name = pending.pop()
             if name in seen or name not in self.flows:
                 continue
-            seen.add(name)
-            current = self.flows[name]
-            if current.needs_model:
-                return True
+            current = seen[name] = self.flows[name]
             pending.extend(s.flow for s in current.steps if isinstance(s, GotoStep) and s.flow)
-        return False
+        return list(seen.values())
+
+    def needs_model(self, flow: str) -> bool:
+        """True when *flow*, or a flow it enters, has a ``model`` step."""
+        return any(f.needs_model for f in self.reachable_flows(flow))
+
+    def phrase_hints(self, flow: str) -> tuple[str, ...]:
+        """What a caller of *flow* is expected to say: the speech recogniser's phrase hints.
+
+        The examples and synonyms of every spoken intent and the words of every slot type
+        in the flows a call may reach. Empty -- open vocabulary -- when the call may meet a
+        ``model`` step or an ask for free ``text``, where callers say anything.
+        """
+        phrases: dict[str, None] = {}
+        for current in self.reachable_flows(flow):
+            if current.needs_model:
+                return ()
+            for step in current.steps:
+                if not isinstance(step, AskStep) or not step.speech:
+                    continue
+                kinds = [step.slot.type] if step.slot is not None else []
+                for intent in step.intents:
+                    phrases.update(dict.fromkeys(intent.examples))
+                    for word, alternatives in intent.synonyms:
+                        phrases.update(dict.fromkeys((word, *alternatives)))
+                    kinds.extend(kind for _, kind in intent.slots)
+                for kind in kinds:
+                    if kind == "text":
+                        return ()
+                    phrases.update(dict.fromkeys(slot_phrases(kind)))
+        return tuple(phrases)
 
 
 def _templates(dialplan: Dialplan) -> Iterator[Template]:

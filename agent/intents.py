@@ -691,6 +691,14 @@ _SLOT_WORDS = {
 }
 
 
+def slot_phrases(kind: str) -> tuple[str, ...]:
+    """Words that say a value of slot type *kind*, as phrase hints for the recogniser."""
+    words = sorted(w for w in _SLOT_WORDS.get(kind, ()) if len(w) > 1 or w == "a")
+    if not words:
+        return ()
+    return (" ".join(words), *words)
+
+
 def strip_slot_words(text: str, kinds: Sequence[str]) -> str:
     """*text* without the words that express slot values of *kinds* ("tomorrow", "3 pm").
 

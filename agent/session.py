@@ -72,7 +72,8 @@ class Speech(Protocol):
 
     def open_recognition(self, *, sample_rate_hz: int, on_interim: Callable[[str], None],
                          on_final: Callable[[str, float], None], on_error: Callable[[Exception], None],
-                         stop_history_ms: int | None = None, interim_results: bool = True) -> RecognitionStream: ...
+                         stop_history_ms: int | None = None, interim_results: bool = True,
+                         phrases: tuple[str, ...] = ()) -> RecognitionStream: ...
 
     def synthesize_stream(self, text: str, *, sample_rate_hz: int, on_audio: Callable[[bytes], None],
                           on_done: Callable[[], None], on_error: Callable[[Exception], None],
@@ -111,6 +112,8 @@ class SessionSettings:
     sample_rate_hz: int = SAMPLE_RATE_HZ
     vad: VadConfig = field(default_factory=VadConfig)
     stop_history_ms: int = 300
+    #: send the dialogue's expected phrases as recognition hints
+    phrase_hints: bool = False
     asr_reopen_limit: int = 3
     #: a voice shorter than this during an interruptible prompt, whose words are not a request,
     #: is an acknowledgement ("uh-huh", "okay"): the paused prompt resumes
@@ -373,7 +376,8 @@ class CallSession:
                 on_interim=lambda text: self._reactor.callFromThread(self._on_interim, text),
                 on_final=lambda text, conf: self._reactor.callFromThread(self._on_final, text, conf),
                 on_error=lambda err: self._reactor.callFromThread(self._on_asr_error, err),
-                stop_history_ms=self.settings.stop_history_ms)
+                stop_history_ms=self.settings.stop_history_ms,
+                phrases=tuple(getattr(self.dialogue, "phrase_hints", ())) if self.settings.phrase_hints else ())
         except Exception as e:  # speech backend down: the call goes on with DTMF
             self._on_asr_error(e)
             return

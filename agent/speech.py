@@ -49,6 +49,8 @@ RETRYABLE_CODES = frozenset(
 DEFAULT_QUEUE_CHUNKS = 250  # 5 s of 20 ms frames
 MAX_COALESCED_BYTES = 32_000  # one request carries at most ~1 s of 16 kHz pcm16
 JOIN_TIMEOUT_S = 5.0
+#: ``speech_contexts`` boost of phrase hints (Riva's word boosting takes roughly 0..100)
+PHRASE_BOOST = 20.0
 
 
 class SpeechError(Exception):
@@ -343,8 +345,12 @@ class SpeechClient:
         stop_history_ms: int | None = None,
         interim_results: bool = True,
         on_final_marks: Callable[[float | None, float], None] | None = None,
+        phrases: tuple[str, ...] = (),
     ) -> RecognitionStream:
         """Start a streaming recognition of pcm16 mono audio at ``sample_rate_hz``.
+
+        ``phrases`` are sent as a boosted ``speech_contexts`` hint (what the caller is
+        expected to say; the embedded engine decodes with a model of just these).
 
         ``stop_history_ms`` is the trailing silence that ends an utterance (server default
         when None). ``on_final_marks(last_word_end_s, audio_processed_s)``, when given,
@@ -362,6 +368,8 @@ class SpeechClient:
         )
         if stop_history_ms is not None:
             config.endpointing_config.stop_history = stop_history_ms
+        if phrases:
+            config.speech_contexts.add(phrases=list(phrases), boost=PHRASE_BOOST)
         streaming_config = riva_asr_pb2.StreamingRecognitionConfig(config=config, interim_results=interim_results)
         stream = RecognitionStream(
             self._asr, streaming_config, on_interim=on_interim, on_final=on_final, on_error=on_error,

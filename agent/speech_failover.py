@@ -298,6 +298,7 @@ class SpeechEndpointClient(Protocol):
         stop_history_ms: int | None = None,
         interim_results: bool = True,
         on_final_marks: Callable[[float | None, float], None] | None = None,
+        phrases: tuple[str, ...] = (),
     ) -> Any: ...
 
     def synthesize_stream(
@@ -416,6 +417,7 @@ class RegionalSpeech:
         on_error: Callable[[Exception], None],
         stop_history_ms: int | None = None,
         interim_results: bool = True,
+        phrases: tuple[str, ...] = (),
     ) -> FailoverRecognitionStream:
         self._ensure_usable()
         stream = FailoverRecognitionStream(
@@ -426,6 +428,7 @@ class RegionalSpeech:
             on_error=on_error,
             stop_history_ms=stop_history_ms,
             interim_results=interim_results,
+            phrases=phrases,
         )
         self._streams.add(stream)
         return stream
@@ -593,6 +596,7 @@ class FailoverRecognitionStream:
         on_error: Callable[[Exception], None],
         stop_history_ms: int | None,
         interim_results: bool,
+        phrases: tuple[str, ...] = (),
     ) -> None:
         self._owner = owner
         self._reactor = owner.reactor
@@ -605,6 +609,7 @@ class FailoverRecognitionStream:
         self._on_error = on_error
         self._stop_history_ms = stop_history_ms
         self._interim_results = interim_results
+        self._phrases = phrases
         self._lock = threading.Lock()
         self._meter = VoicingMeter()
         self._buffer = ReplayBuffer(
@@ -702,6 +707,7 @@ class FailoverRecognitionStream:
             stop_history_ms=self._stop_history_ms,
             interim_results=self._interim_results,
             on_final_marks=lambda end_s, processed_s: self._marks.__setitem__(g, (end_s, processed_s)),
+            phrases=self._phrases,
         )
         self._acquire()
         now = self._reactor.seconds()

@@ -36,6 +36,14 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
 * With ``interim_results`` the hypothesis is checked every 20 ms of in-utterance audio and
   an interim result (``is_final=False``) is sent when it changed. ``stability`` is 0.1 plus
   0.8 times the fraction of words unchanged from the previous interim (so 0.1..0.9).
+* ``speech_contexts`` (phrase hints): the phrases of every context with ``boost`` >= 0
+  (at most 5,000 phrases) replace the general 130k-word language model for that stream
+  by a trigram model of those phrases plus common request wording ("I would like to",
+  "can you tell me", ...; see :mod:`agent.phrase_lm`) and, as unigrams, the 1,000
+  commonest words of the general model, with a dictionary of just those words. Words the pronunciation dictionary lacks are left out. For the few dozen
+  phrases of a dialplan this is both more accurate and several times cheaper to decode,
+  and the last word of a turn is recognised ~100 ms sooner. Without hints the general
+  model decodes.
 * Each utterance with a non-empty hypothesis yields one final result (``is_final=True``)
   with ``confidence`` (mean pocketsphinx word posterior, 0..1) and, when
   ``enable_word_time_offsets``, word times in ms from the start of the stream. Half-closing
@@ -70,6 +78,7 @@ Run standalone with ``python -m agent.speech_server --listen 127.0.0.1:50051``; 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import logging
 import math
@@ -80,6 +89,7 @@ import queue
 import re
 import signal
 import sys
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -94,7 +104,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from riva.client.proto import riva_asr_pb2, riva_asr_pb2_grpc, riva_tts_pb2, riva_tts_pb2_grpc
 from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
-from agent import audio_util, flite
+from agent import audio_util, flite, phrase_lm
 
 log = logging.getLogger("openclaw.speech_server")
 
@@ -111,6 +121,9 @@ INTERIM_INTERVAL_MS = 20
 MAX_UTTERANCE_MS = 30_000
 MIN_INPUT_RATE_HZ = 8000
 MAX_INPUT_RATE_HZ = 96000
+MAX_HINT_PHRASES = 5000
+#: everyday words a phrase-hint model also knows (see agent.phrase_lm.build_arpa)
+BACKGROUND_WORDS = 1000
 
 TTS_CHUNK_MS = 100
 TTS_DEFAULT_RATE_HZ = 16000
@@ -532,6 +545,81 @@ class DecoderPool:
             return len(self._idle)
 
 
+class HintModels:
+    """Decoder pools for phrase-hint language models, one per distinct hint set.
+
+    A hint decoder is built from an ARPA model of the phrases and a dictionary of only
+    their words (~30 ms; with the full dictionary pocketsphinx needs ~20 s to index a new
+    model). The most recently used ``max_sets`` hint sets keep their pools.
+    """
+
+    def __init__(self, max_sets: int = 8, max_idle: int = 4) -> None:
+        self._max_sets = max_sets
+        self._max_idle = max_idle
+        self._pools: dict[str, DecoderPool] = {}
+        self._lock = threading.Lock()
+        self._pronunciations: dict[str, list[str]] | None = None
+        self._background_words: dict[str, float] | None = None
+
+    def pool_for(self, phrases: tuple[str, ...]) -> DecoderPool | None:
+        """The pool of decoders for *phrases*, or None when none of their words is pronounceable."""
+        key = hashlib.sha1("\n".join(sorted(set(phrases))).encode()).hexdigest()
+        with self._lock:
+            pool = self._pools.pop(key, None)
+            if pool is None:
+                sents = phrase_lm.sentences(phrases + phrase_lm.CARRIER_PHRASES, self._known)
+                if not phrase_lm.sentences(phrases, self._known):
+                    return None
+                background = self._background()
+                arpa = phrase_lm.build_arpa(sents, background)
+                words = sorted({w for sent in sents for w in sent} | set(background))
+                pool = DecoderPool(self._max_idle, factory=lambda: self._build(arpa, words))
+            self._pools[key] = pool  # most recent last
+            while len(self._pools) > self._max_sets:
+                self._pools.pop(next(iter(self._pools)))
+            return pool
+
+    def prewarm(self) -> None:
+        """Read the dictionary and the background words now rather than at the first hinted stream."""
+        self._background()
+
+    def _background(self) -> dict[str, float]:
+        """The ``BACKGROUND_WORDS`` commonest words of the general model, with their probabilities."""
+        if self._background_words is None:
+            model_dir = os.path.join(pocketsphinx.get_model_path(), "en-us")
+            logmath = pocketsphinx.LogMath()
+            general = pocketsphinx.NGramModel(pocketsphinx.Config(loglevel="FATAL"), logmath,
+                                              os.path.join(model_dir, "en-us.lm.bin"))
+            scored = sorted(((general.prob([w]), w) for w in self._dictionary() if "_" not in w), reverse=True)
+            self._background_words = {w: logmath.exp(score) for score, w in scored[:BACKGROUND_WORDS]}
+        return self._background_words
+
+    def _known(self, word: str) -> bool:
+        return word in self._dictionary()
+
+    def _dictionary(self) -> dict[str, list[str]]:
+        if self._pronunciations is None:
+            entries: dict[str, list[str]] = {}
+            path = os.path.join(pocketsphinx.get_model_path(), "en-us", "cmudict-en-us.dict")
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    head = line.split(" ", 1)[0]
+                    entries.setdefault(head.split("(", 1)[0], []).append(line if line.endswith("\n") else line + "\n")
+            self._pronunciations = entries
+        return self._pronunciations
+
+    def _build(self, arpa: str, words: list[str]) -> pocketsphinx.Decoder:
+        dictionary = self._dictionary()
+        with tempfile.TemporaryDirectory(prefix="openclaw-hints-") as tmp:
+            lm_path, dict_path = os.path.join(tmp, "hints.arpa"), os.path.join(tmp, "hints.dict")
+            with open(lm_path, "w", encoding="utf-8") as f:
+                f.write(arpa)
+            with open(dict_path, "w", encoding="utf-8") as f:
+                for word in words:
+                    f.writelines(dictionary[word])
+            return pocketsphinx.Decoder(lm=lm_path, dict=dict_path, **DECODER_OPTIONS)
+
+
 # --------------------------------------------------------------------------------------
 # Input audio and request validation
 # --------------------------------------------------------------------------------------
@@ -544,6 +632,8 @@ class RecognitionSettings:
     endpointing: EndpointingParams
     interim_results: bool
     word_time_offsets: bool
+    #: phrase hints (``speech_contexts``); empty: the general language model
+    phrases: tuple[str, ...] = ()
 
 
 def _check_language(code: str, what: str) -> None:
@@ -569,12 +659,16 @@ def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_
     endpointing = EndpointingParams.from_proto(
         config.endpointing_config if config.HasField("endpointing_config") else None
     )
+    phrases = tuple(p for ctx in config.speech_contexts if ctx.boost >= 0 for p in ctx.phrases if p.strip())
+    if len(phrases) > MAX_HINT_PHRASES:
+        raise ConfigError(f"at most {MAX_HINT_PHRASES} speech_contexts phrases are accepted, got {len(phrases)}")
     return RecognitionSettings(
         encoding=config.encoding,
         sample_rate_hz=rate,
         endpointing=endpointing,
         interim_results=interim_results,
         word_time_offsets=config.enable_word_time_offsets,
+        phrases=phrases,
     )
 
 
@@ -641,10 +735,11 @@ class RecognitionEngine(Protocol):
 class LocalRecognitionSession:
     """Converts and decodes in the calling thread, with a decoder borrowed from ``pool``."""
 
-    def __init__(self, settings: RecognitionSettings, pool: DecoderPool) -> None:
-        self._pool = pool
+    def __init__(self, settings: RecognitionSettings, pool: DecoderPool, hints: HintModels | None = None) -> None:
+        hint_pool = hints.pool_for(settings.phrases) if hints is not None and settings.phrases else None
+        self._pool = hint_pool or pool
         self._converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
-        self._decoder = pool.acquire()
+        self._decoder = self._pool.acquire()
         self._recognizer = UtteranceRecognizer(
             self._decoder,
             settings.endpointing,
@@ -671,9 +766,10 @@ class LocalRecognitionEngine:
 
     def __init__(self, pool: DecoderPool) -> None:
         self.pool = pool
+        self.hints = HintModels()
 
     def open(self, settings: RecognitionSettings) -> LocalRecognitionSession:
-        return LocalRecognitionSession(settings, self.pool)
+        return LocalRecognitionSession(settings, self.pool, self.hints)
 
     def close(self) -> None:
         pass
@@ -692,6 +788,8 @@ def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pool = DecoderPool(max_idle=max_idle)
     pool.prewarm(prewarm)
+    hints = HintModels()
+    hints.prewarm()
     sessions: dict[int, LocalRecognitionSession] = {}
     try:
         conn.send(("ready", os.getpid()))
@@ -699,7 +797,7 @@ def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int) -> None:
             op, sid, arg = conn.recv()
             try:
                 if op == "open":
-                    sessions[sid] = LocalRecognitionSession(arg, pool)
+                    sessions[sid] = LocalRecognitionSession(arg, pool, hints)
                     reply: object = []
                 elif op == "audio":
                     reply = sessions[sid].process(arg)

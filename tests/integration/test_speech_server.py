@@ -612,6 +612,34 @@ def test_client_recognition_callbacks_on_worker_thread(client: SpeechClient) -> 
     assert stream.dropped_chunks == 0
 
 
+def _final_text(client: SpeechClient, text: str, **kwargs: object) -> str:
+    rec = Recorder()
+    stream = _open(client, rec, interim_results=False, **kwargs)
+    for chunk in chunks(silence_8k(0.3) + speech_8k(text)):
+        stream.push_audio(chunk)
+    stream.end_input()
+    assert stream.wait_done(RPC_TIMEOUT_S)
+    stream.close()
+    finals = [v[0] for k, v in rec.events if k == "final"]  # type: ignore[index]
+    assert len(finals) == 1, rec.events
+    return str(finals[0])
+
+
+def test_phrase_hints_decode_with_a_model_of_just_those_phrases(client: SpeechClient) -> None:
+    """speech_contexts phrases replace the general vocabulary for that stream only."""
+    from agent.phrase_lm import CARRIER_PHRASES
+
+    hints = ("check my balance", "opening hours", "talk to an agent", "goodbye")
+    assert _final_text(client, "I would like to check my balance.", phrases=hints).endswith("check my balance")
+    # Hints that do not fit the audio: every word heard is still a hint or carrier word.
+    other = ("open the door", "turn on the lights")
+    vocabulary = {w for p in other + CARRIER_PHRASES for w in p.split()}
+    heard = _final_text(client, "Check my balance.", phrases=other).split()
+    assert heard and set(heard) <= vocabulary, heard
+    # The next stream without hints decodes with the general model again.
+    assert "balance" in _final_text(client, "Check my balance.")
+
+
 def test_client_end_input_delivers_final_for_unfinished_utterance(client: SpeechClient) -> None:
     """end_input() half-closes; the server finalises the speech in flight and the stream completes."""
     rec = Recorder()

@@ -50,3 +50,14 @@ def test_yaml_syntax_error_has_a_position(tmp_path):
     p.write_text("sip:\n  port: [5060\n")
     with pytest.raises(ConfigError, match=rf"^{p}:3:1: YAML syntax error"):
         load_config(str(p))
+
+
+def test_phrase_hints_are_off_unless_configured(tmp_path):
+    """speech.phrase_hints defaults to false; a non-boolean is an error with its position."""
+    assert load_config(None).speech.phrase_hints is False
+    p = tmp_path / "c.yaml"
+    p.write_text("speech:\n  phrase_hints: true\n")
+    assert load_config(str(p)).speech.phrase_hints is True
+    p.write_text("speech:\n  phrase_hints: 3\n")
+    with pytest.raises(ConfigError, match=r":2:17: config.speech.phrase_hints: expected bool"):
+        load_config(str(p))

@@ -587,6 +587,42 @@ def test_needs_model_follows_sub_flows() -> None:
     assert isinstance(plan.flow("main").steps[0], GotoStep)
 
 
+def test_phrase_hints_are_the_spoken_answers_of_reachable_flows() -> None:
+    """Intent examples, synonyms and slot words of the flows a call may reach; none where
+    callers may say anything (a model step or a free-text slot)."""
+    plan = parse_dialplan(textwrap.dedent("""\
+        version: 1
+        routes: [{flow: main}, {number: "1", flow: notes, priority: 1}, {number: "2", flow: chat, priority: 2}]
+        flows:
+          main:
+            steps:
+              - ask:
+                  prompt: "Balance or a payment?"
+                  intents:
+                    balance: {examples: ["check my balance"], synonyms: {balance: ["funds"]}}
+                    pay: {examples: ["make a payment"], goto: amount}
+              - goto: {flow: confirm}
+              - id: amount
+                ask: {prompt: "How much?", slot: {name: amount, type: number}}
+          confirm:
+            steps:
+              - ask: {prompt: "Is that right?", slot: {name: ok, type: yes_no}}
+          notes:
+            steps:
+              - ask: {prompt: "Say anything.", slot: {name: note, type: text}}
+          chat:
+            needs_model: true
+            steps:
+              - model: {on_failure: sorry}
+              - id: sorry
+                say: "Sorry."
+        """))
+    hints = plan.phrase_hints("main")
+    for phrase in ("check my balance", "funds", "make a payment", "twenty", "hundred", "yes", "nope"):
+        assert phrase in hints, phrase
+    assert plan.phrase_hints("notes") == () and plan.phrase_hints("chat") == ()
+
+
 # --------------------------------------------------------------------------- schema
 
 

@@ -58,8 +58,9 @@ class FakeSpeech:
         self.syntheses: list[FakeSynthesis] = []
 
     def open_recognition(self, *, sample_rate_hz, on_interim, on_final, on_error, stop_history_ms=None,
-                         interim_results=True):
+                         interim_results=True, phrases=()):
         s = FakeStream(on_interim=on_interim, on_final=on_final, on_error=on_error)
+        s.phrases = phrases
         self.streams.append(s)
         return s
 
@@ -96,7 +97,7 @@ class Prompts:
 
 
 class Harness:
-    def __init__(self, transfer_ok=True):
+    def __init__(self, transfer_ok=True, phrase_hints=False):
         self.reactor = FakeReactor()
         self.speech = FakeSpeech()
         self.control = FakeControl(transfer_ok)
@@ -107,7 +108,8 @@ class Harness:
         self.dialogue = DialogueSession(dialplan, "main", variables)
         self.ended = []
         self.session = CallSession("c1", self.dialogue, self.speech, self.control, self.reactor,
-                                   prompts=Prompts(), settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=40)),
+                                   prompts=Prompts(), settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=40),
+                                                            phrase_hints=phrase_hints),
                                    on_ended=self.ended.append, monotonic=lambda: self.now[0])
         self.heard: list[str] = []
 
@@ -144,6 +146,18 @@ class Harness:
 
     def said(self) -> list[str]:
         return [p["text"] for t in self.session.turns for p in t.agent_prompts]
+
+
+def test_recognition_gets_the_dialplans_phrases_only_when_hints_are_on():
+    """speech.phrase_hints: the stream is opened with the flow's expected phrases, else none."""
+    for enabled in (False, True):
+        h = Harness(phrase_hints=enabled)
+        h.session.start()
+        phrases = h.speech.streams[0].phrases
+        if enabled:
+            assert "check my balance" in phrases and "goodbye" in phrases
+        else:
+            assert phrases == ()
 
 
 def test_greeting_then_menu_then_listening_with_no_input_reprompt():
