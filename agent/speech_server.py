@@ -583,6 +583,10 @@ class HintModels:
         """Read the dictionary and the background words now rather than at the first hinted stream."""
         self._background()
 
+    def background_words(self) -> dict[str, float]:
+        """The ``BACKGROUND_WORDS`` commonest words of the general model, with their probabilities."""
+        return dict(self._background())
+
     def _background(self) -> dict[str, float]:
         """The ``BACKGROUND_WORDS`` commonest words of the general model, with their probabilities."""
         if self._background_words is None:
