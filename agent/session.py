@@ -59,7 +59,7 @@ class Reactor(Protocol):
 
 
 class RecognitionStream(Protocol):
-    def push_audio(self, pcm16: bytes) -> None: ...
+    def push_audio(self, pcm16: bytes, level_dbfs: float | None = None) -> None: ...
     def close(self) -> None: ...
 
 
@@ -184,18 +184,19 @@ class MediaPipeline:
         asr = self.asr
         if asr is not None:
             resampler = self.asr_resampler
-            asr.push_audio(resampler.process(pcm) if resampler is not None else pcm)
+            asr.push_audio(resampler.process(pcm) if resampler is not None else pcm, self._vad.level_dbfs)
         if events:
             # Media time → monotonic time of the event itself (not of its detection).
             stamped = [(e, now - (self._vad.now_ms - e.at_ms) / 1000.0) for e in events]
             self._reactor.callFromThread(self._on_vad, stamped)
         spent = self._perf() - t0
+        missed = spent > self._deadline_s
+        if missed:
+            self.deadline_misses += 1
         if self._metrics is not None:
             self._metrics.media_frame_work.observe(spent)
-            if spent > self._deadline_s:
+            if missed:
                 self._metrics.media_deadline_misses.inc()
-        if spent > self._deadline_s:
-            self.deadline_misses += 1
 
 
     def _voice_onset(self, pcm: bytes, now: float) -> None:

@@ -130,8 +130,10 @@ class RecognitionStream:
         self._thread = threading.Thread(target=self._run, name="speech-recognition", daemon=True)
         self._thread.start()
 
-    def push_audio(self, pcm16: bytes) -> None:
-        """Queue audio for the server. Thread-safe; never waits for the network."""
+    def push_audio(self, pcm16: bytes, level_dbfs: float | None = None) -> None:
+        """Queue audio for the server. Thread-safe; never waits for the network.
+
+        *level_dbfs* (the chunk's level, for streams that track voicing) is not needed here."""
         if not pcm16:
             return
         with self._cond:

@@ -130,8 +130,9 @@ class VoicingMeter:
         self._over = over_floor_db
         self._floor = -70.0
 
-    def voiced(self, pcm: bytes, sample_rate_hz: int) -> bool:
-        level = audio_util.rms_dbfs(pcm)
+    def voiced(self, pcm: bytes, sample_rate_hz: int, level_dbfs: float | None = None) -> bool:
+        """Classify *pcm*; *level_dbfs*, when the caller measured it already, saves measuring again."""
+        level = audio_util.rms_dbfs(pcm) if level_dbfs is None else level_dbfs
         if math.isinf(level):
             return False
         is_voiced = level >= self._min and level >= self._floor + self._over
@@ -639,14 +640,17 @@ class FailoverRecognitionStream:
         self._ticker = _Ticker(self._reactor, s.check_interval_ms / 1000.0, self._tick)
 
     # -- the RecognitionStream API --------------------------------------------------------
-    def push_audio(self, pcm16: bytes) -> None:
-        """Queue audio (any thread); kept for replay until a final covers it."""
+    def push_audio(self, pcm16: bytes, level_dbfs: float | None = None) -> None:
+        """Queue audio (any thread); kept for replay until a final covers it.
+
+        *level_dbfs* is the chunk's level when the caller has measured it (the call's
+        media pipeline has, for its VAD), so the per-frame path measures it once."""
         if not pcm16:
             return
         with self._lock:
             if self._closed or self._input_ended:
                 return
-            voiced = self._meter.voiced(pcm16, self._rate)
+            voiced = self._meter.voiced(pcm16, self._rate, level_dbfs)
             self._buffer.append(pcm16, voiced)
             self._detector.on_audio(self._reactor.seconds(), voiced)
             if self._inner is not None:

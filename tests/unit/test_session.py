@@ -36,7 +36,7 @@ class FakeStream:
         self.audio = []
         self.closed = False
 
-    def push_audio(self, pcm):
+    def push_audio(self, pcm, level_dbfs=None):
         self.audio.append(pcm)
 
     def close(self):

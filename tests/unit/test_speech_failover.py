@@ -206,6 +206,7 @@ def test_voicing_meter_hears_speech_not_silence_or_steady_hiss() -> None:
     meter = VoicingMeter()
     assert meter.voiced(VOICED, RATE)
     assert not meter.voiced(SILENT, RATE)
+    assert meter.voiced(SILENT, RATE, level_dbfs=-20.0)  # a level measured by the caller wins
     hiss = struct.pack("<320h", *((i * 7919) % 400 - 200 for i in range(320)))  # about -48 dBFS
     results = [meter.voiced(hiss, RATE) for _ in range(400)]
     assert not any(results[-50:])
