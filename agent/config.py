@@ -11,19 +11,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
+from sip.registration import RegistrationConfig
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIALPLAN = os.path.join(PACKAGE_ROOT, "dialplans", "default.yaml")
-
-
-@dataclass(frozen=True)
-class RegistrationSettings:
-    registrar: str
-    aor: str
-    username: str = ""
-    password: str = ""
-    realm: str = "*"
-    expires_s: int = 300
 
 
 @dataclass(frozen=True)
@@ -36,7 +27,7 @@ class SipSettings:
     codecs: tuple[str, ...] = ("PCMU", "PCMA", "G722")
     rtp_port: int = 4000
     rtp_port_range: int = 200
-    registration: RegistrationSettings | None = None
+    registration: RegistrationConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -251,9 +242,9 @@ def load_config(path: str | None) -> ServerConfig:
             aor = rr.get("aor", str, "")
             if not registrar or not aor:
                 errors.append((rr.node.mark, "config.sip.registration: expected both 'registrar' and 'aor' SIP URIs"))
-            reg = RegistrationSettings(registrar=registrar, aor=aor, username=rr.get("username", str, ""),
-                                       password=rr.get("password", str, ""), realm=rr.get("realm", str, "*"),
-                                       expires_s=rr.get("expires_s", int, 300, _positive))
+            reg = RegistrationConfig(registrar_uri=registrar, aor=aor, username=rr.get("username", str, ""),
+                                     password=rr.get("password", str, ""), realm=rr.get("realm", str, "*"),
+                                     expires_s=rr.get("expires_s", int, 300, _positive))
         sip = SipSettings(
             host=r.get("host", str, sip.host), port=r.get("port", int, sip.port, _port),
             public_address=r.get("public_address", str, ""),

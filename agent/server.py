@@ -40,7 +40,7 @@ from agent.speech_failover import FailoverSettings, RegionalSpeech, SpeechClient
 from media.trim import trim_silence
 from media.vad import VadConfig
 from sip.message import SipRequest
-from sip.pjsua import PJSUA_MAX_CALLS, RegistrationConfig, Rejection, SipCall, SipConfig, SipStack
+from sip.pjsua import PJSUA_MAX_CALLS, Rejection, SipCall, SipConfig, SipStack
 
 log = Logger(namespace="openclaw.server")
 
@@ -249,14 +249,9 @@ class AgentServer:
     def _start_sip(self) -> None:
         s = self.config.sip
         m = self.config.media
-        reg = None
-        if s.registration is not None:
-            r = s.registration
-            reg = RegistrationConfig(registrar_uri=r.registrar, aor=r.aor, username=r.username,
-                                     password=r.password, realm=r.realm, expires_s=r.expires_s)
         cfg = SipConfig(host=s.host, port=s.port, public_address=s.public_address, codecs=s.codecs,
                         frame_ms=m.frame_ms, jb_init_ms=m.jb_init_ms, jb_min_pre_ms=m.jb_min_pre_ms,
-                        jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=reg,
+                        jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=s.registration,
                         rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range)
         self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration)
         self.stack.start()

@@ -33,6 +33,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from sip.message import SipRequest, parse_request
+from sip.registration import RegistrationConfig
 
 log = Logger(namespace="openclaw.sip")
 
@@ -44,18 +45,6 @@ CODEC_IDS = {
     "PCMA": "PCMA/8000",
     "G722": "G722/16000",
 }
-
-
-@dataclass(frozen=True)
-class RegistrationConfig:
-    """Register this agent with a SIP registrar / trunk."""
-
-    registrar_uri: str
-    aor: str
-    username: str = ""
-    password: str = ""
-    realm: str = "*"
-    expires_s: int = 300
 
 
 @dataclass(frozen=True)
