@@ -160,14 +160,15 @@ def transcribe(speech: Any, pcm: bytes, timeout_s: float = 20.0, narrowband: boo
     *narrowband*: the audio came through a G.711 call; it is sent at 8 kHz.
     """
     from agent.audio_util import resample
+    from agent.speech import RecognitionOptions
 
     rate = SAMPLE_RATE_HZ
     if narrowband:
         pcm, rate = resample(pcm, SAMPLE_RATE_HZ, 8000), 8000
     finals: list[str] = []
-    stream = speech.open_recognition(sample_rate_hz=rate, on_interim=lambda t: None,
-                                     on_final=lambda text, _conf: finals.append(text),
-                                     on_error=lambda e: None, interim_results=False)
+    stream = speech.open_recognition(RecognitionOptions(sample_rate_hz=rate, interim_results=False),
+                                     on_interim=lambda t: None,
+                                     on_final=lambda text, _conf: finals.append(text), on_error=lambda e: None)
     step = rate * 2 // 10
     for i in range(0, len(pcm), step):
         stream.push_audio(pcm[i: i + step])

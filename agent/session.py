@@ -35,6 +35,7 @@ from agent.endpointer import (
     BACKCHANNELS, EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, words,
 )
 from agent.metrics import AgentMetrics
+from agent.speech import RecognitionOptions
 from media.frames import SAMPLE_RATE_HZ, duration_ms
 from media.frames import duration_ms as duration_ms_of
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
@@ -70,10 +71,9 @@ class SynthesisStream(Protocol):
 class Speech(Protocol):
     """The part of :class:`agent.speech.SpeechClient` a session uses."""
 
-    def open_recognition(self, *, sample_rate_hz: int, on_interim: Callable[[str], None],
-                         on_final: Callable[[str, float], None], on_error: Callable[[Exception], None],
-                         stop_history_ms: int | None = None, interim_results: bool = True,
-                         phrases: tuple[str, ...] = ()) -> RecognitionStream: ...
+    def open_recognition(self, options: RecognitionOptions, *, on_interim: Callable[[str], None],
+                         on_final: Callable[[str, float], None],
+                         on_error: Callable[[Exception], None]) -> RecognitionStream: ...
 
     def synthesize_stream(self, text: str, *, sample_rate_hz: int, on_audio: Callable[[bytes], None],
                           on_done: Callable[[], None], on_error: Callable[[Exception], None],
@@ -372,13 +372,14 @@ class CallSession:
     # -- recognition ----------------------------------------------------------
     def _open_recognition(self) -> None:
         try:
+            options = RecognitionOptions(
+                sample_rate_hz=self._asr_rate_hz, stop_history_ms=self.settings.stop_history_ms,
+                phrases=tuple(getattr(self.dialogue, "phrase_hints", ())) if self.settings.phrase_hints else ())
             stream = self._speech.open_recognition(
-                sample_rate_hz=self._asr_rate_hz,
+                options,
                 on_interim=lambda text: self._reactor.callFromThread(self._on_interim, text),
                 on_final=lambda text, conf: self._reactor.callFromThread(self._on_final, text, conf),
-                on_error=lambda err: self._reactor.callFromThread(self._on_asr_error, err),
-                stop_history_ms=self.settings.stop_history_ms,
-                phrases=tuple(getattr(self.dialogue, "phrase_hints", ())) if self.settings.phrase_hints else ())
+                on_error=lambda err: self._reactor.callFromThread(self._on_asr_error, err))
         except Exception as e:  # speech backend down: the call goes on with DTMF
             self._on_asr_error(e)
             return

@@ -28,6 +28,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Callable
 
 import grpc
@@ -51,6 +52,20 @@ MAX_COALESCED_BYTES = 32_000  # one request carries at most ~1 s of 16 kHz pcm16
 JOIN_TIMEOUT_S = 5.0
 #: ``speech_contexts`` boost of phrase hints (Riva's word boosting takes roughly 0..100)
 PHRASE_BOOST = 20.0
+
+
+@dataclass(frozen=True)
+class RecognitionOptions:
+    """What a recognition stream is asked for (the same at every layer that opens one)."""
+
+    #: rate of the pcm16 mono audio that will be pushed
+    sample_rate_hz: int
+    #: trailing silence that ends an utterance (None: the server's default)
+    stop_history_ms: int | None = None
+    interim_results: bool = True
+    #: what the caller is expected to say, sent as a boosted ``speech_contexts`` hint
+    #: (the embedded engine then decodes with a model of just these)
+    phrases: tuple[str, ...] = ()
 
 
 class SpeechError(Exception):
@@ -339,40 +354,33 @@ class SpeechClient:
 
     def open_recognition(
         self,
+        options: RecognitionOptions,
         *,
-        sample_rate_hz: int,
         on_interim: Callable[[str], None],
         on_final: Callable[[str, float], None],
         on_error: Callable[[Exception], None],
-        stop_history_ms: int | None = None,
-        interim_results: bool = True,
         on_final_marks: Callable[[float | None, float], None] | None = None,
-        phrases: tuple[str, ...] = (),
     ) -> RecognitionStream:
-        """Start a streaming recognition of pcm16 mono audio at ``sample_rate_hz``.
+        """Start a streaming recognition of pcm16 mono audio described by *options*.
 
-        ``phrases`` are sent as a boosted ``speech_contexts`` hint (what the caller is
-        expected to say; the embedded engine decodes with a model of just these).
-
-        ``stop_history_ms`` is the trailing silence that ends an utterance (server default
-        when None). ``on_final_marks(last_word_end_s, audio_processed_s)``, when given,
-        runs right before ``on_final`` of the same result (word time offsets are then
-        requested); it tells where in the stream a final ends. Callbacks run on the
-        stream's worker thread.
+        ``on_final_marks(last_word_end_s, audio_processed_s)``, when given, runs right
+        before ``on_final`` of the same result (word time offsets are then requested); it
+        tells where in the stream a final ends. Callbacks run on the stream's worker thread.
         """
         config = riva_asr_pb2.RecognitionConfig(
             encoding=riva.client.AudioEncoding.LINEAR_PCM,
-            sample_rate_hertz=sample_rate_hz,
+            sample_rate_hertz=options.sample_rate_hz,
             language_code=self.language_code,
             max_alternatives=1,
             audio_channel_count=1,
             enable_word_time_offsets=on_final_marks is not None,
         )
-        if stop_history_ms is not None:
-            config.endpointing_config.stop_history = stop_history_ms
-        if phrases:
-            config.speech_contexts.add(phrases=list(phrases), boost=PHRASE_BOOST)
-        streaming_config = riva_asr_pb2.StreamingRecognitionConfig(config=config, interim_results=interim_results)
+        if options.stop_history_ms is not None:
+            config.endpointing_config.stop_history = options.stop_history_ms
+        if options.phrases:
+            config.speech_contexts.add(phrases=list(options.phrases), boost=PHRASE_BOOST)
+        streaming_config = riva_asr_pb2.StreamingRecognitionConfig(config=config,
+                                                                   interim_results=options.interim_results)
         stream = RecognitionStream(
             self._asr, streaming_config, on_interim=on_interim, on_final=on_final, on_error=on_error,
             on_final_marks=on_final_marks,

@@ -64,7 +64,7 @@ from twisted.logger import Logger
 
 from agent import audio_util
 from agent.regions import EndpointState, NoRegion, RegionSelector, Selection
-from agent.speech import RecognitionStream, SpeechClient, SpeechError
+from agent.speech import RecognitionOptions, RecognitionStream, SpeechClient, SpeechError
 
 log = Logger(namespace="openclaw.regions")
 
@@ -291,15 +291,12 @@ class SpeechEndpointClient(Protocol):
 
     def open_recognition(
         self,
+        options: RecognitionOptions,
         *,
-        sample_rate_hz: int,
         on_interim: Callable[[str], None],
         on_final: Callable[[str, float], None],
         on_error: Callable[[Exception], None],
-        stop_history_ms: int | None = None,
-        interim_results: bool = True,
         on_final_marks: Callable[[float | None, float], None] | None = None,
-        phrases: tuple[str, ...] = (),
     ) -> Any: ...
 
     def synthesize_stream(
@@ -411,26 +408,14 @@ class RegionalSpeech:
     # -- Speech protocol ------------------------------------------------------------------
     def open_recognition(
         self,
+        options: RecognitionOptions,
         *,
-        sample_rate_hz: int,
         on_interim: Callable[[str], None],
         on_final: Callable[[str, float], None],
         on_error: Callable[[Exception], None],
-        stop_history_ms: int | None = None,
-        interim_results: bool = True,
-        phrases: tuple[str, ...] = (),
     ) -> FailoverRecognitionStream:
         self._ensure_usable()
-        stream = FailoverRecognitionStream(
-            self,
-            sample_rate_hz=sample_rate_hz,
-            on_interim=on_interim,
-            on_final=on_final,
-            on_error=on_error,
-            stop_history_ms=stop_history_ms,
-            interim_results=interim_results,
-            phrases=phrases,
-        )
+        stream = FailoverRecognitionStream(self, options, on_interim=on_interim, on_final=on_final, on_error=on_error)
         self._streams.add(stream)
         return stream
 
@@ -590,34 +575,30 @@ class FailoverRecognitionStream:
     def __init__(
         self,
         owner: RegionalSpeech,
+        options: RecognitionOptions,
         *,
-        sample_rate_hz: int,
         on_interim: Callable[[str], None],
         on_final: Callable[[str, float], None],
         on_error: Callable[[Exception], None],
-        stop_history_ms: int | None,
-        interim_results: bool,
-        phrases: tuple[str, ...] = (),
     ) -> None:
         self._owner = owner
         self._reactor = owner.reactor
         s = owner.settings
         self._settings = s
-        self._rate = sample_rate_hz
-        self._bytes_per_s = sample_rate_hz * BYTES_PER_SAMPLE
+        self._options = options
+        self._rate = options.sample_rate_hz
+        self._bytes_per_s = self._rate * BYTES_PER_SAMPLE
         self._on_interim = on_interim
         self._on_final = on_final
         self._on_error = on_error
-        self._stop_history_ms = stop_history_ms
-        self._interim_results = interim_results
-        self._phrases = phrases
         self._lock = threading.Lock()
         self._meter = VoicingMeter()
         self._buffer = ReplayBuffer(
             max_bytes=self._bytes_per_s * s.max_buffer_ms // 1000,
             preroll_bytes=self._bytes_per_s * s.preroll_ms // 1000 // BYTES_PER_SAMPLE * BYTES_PER_SAMPLE,
         )
-        stop_s = (stop_history_ms if stop_history_ms is not None else s.default_stop_history_ms) / 1000.0
+        stop_ms = options.stop_history_ms
+        stop_s = (stop_ms if stop_ms is not None else s.default_stop_history_ms) / 1000.0
         self._stop_history_s = stop_s
         self._detector = StallDetector(stall_timeout_s=s.stall_timeout_ms / 1000.0, stop_history_s=stop_s)
         self._gen = 0
@@ -704,14 +685,11 @@ class FailoverRecognitionStream:
         self._region = selection.region
         self._endpoint = selection.asr_endpoint
         self._inner = client.open_recognition(
-            sample_rate_hz=self._rate,
+            self._options,
             on_interim=lambda text: self._reactor.callFromThread(self._inner_interim, g, text),
             on_final=lambda text, conf: self._reactor.callFromThread(self._inner_final, g, text, conf),
             on_error=lambda err: self._inner_failed(g, err),
-            stop_history_ms=self._stop_history_ms,
-            interim_results=self._interim_results,
             on_final_marks=lambda end_s, processed_s: self._marks.__setitem__(g, (end_s, processed_s)),
-            phrases=self._phrases,
         )
         self._acquire()
         now = self._reactor.seconds()

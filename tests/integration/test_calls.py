@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from agent.speech import SpeechClient
+from agent.speech import RecognitionOptions, SpeechClient
 from media.pcap import rtp_streams
 from tests.integration.conftest import (
     ROOT, AgentProcess, Capture, free_port, run_caller, run_sipp, start_agent, stop_agent,
@@ -30,9 +30,9 @@ def transcribe_8k(speech_uri: str, pcm8k: bytes) -> str:
     client = SpeechClient(speech_uri)
     finals: list[str] = []
     try:
-        stream = client.open_recognition(sample_rate_hz=8000, on_interim=lambda t: None,
-                                         on_final=lambda t, c: finals.append(t), on_error=lambda e: None,
-                                         interim_results=False)
+        stream = client.open_recognition(RecognitionOptions(sample_rate_hz=8000, interim_results=False),
+                                         on_interim=lambda t: None,
+                                         on_final=lambda t, c: finals.append(t), on_error=lambda e: None)
         for i in range(0, len(pcm8k), 1600):
             stream.push_audio(pcm8k[i:i + 1600])
         stream.push_audio(bytes(16000))

@@ -14,7 +14,7 @@ import pytest
 from agent import audio_util, flite
 from agent.region_probe import RegionProber
 from agent.regions import NoRegion, RegionSelector, RegionSpec, Selection
-from agent.speech import SpeechClient
+from agent.speech import RecognitionOptions, SpeechClient
 from agent.speech_failover import FailoverEvent, RegionalSpeech, SpeechClientPool
 from tests.integration.relay_fixtures import (
     SimRegions,
@@ -101,9 +101,9 @@ def recognise(world: dict[str, Any], audio: bytes, *, blackhole: Any = None, at_
         selection = selector.select(None, None, now=reactor.seconds())
         assert isinstance(selection, Selection)
         call = RegionalSpeech(reactor, selector, pool, selection, call_id="it", on_failover=events.append)
-        stream = call.open_recognition(sample_rate_hz=RATE, on_interim=lambda t: None,
-                                       on_final=lambda t, c: finals.append(t), on_error=errors.append,
-                                       stop_history_ms=500)
+        stream = call.open_recognition(RecognitionOptions(sample_rate_hz=RATE, stop_history_ms=500),
+                                       on_interim=lambda t: None,
+                                       on_final=lambda t, c: finals.append(t), on_error=errors.append)
         return call, stream
 
     call, stream = on_reactor(open_call)

@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from riva.client.proto import riva_asr_pb2, riva_tts_pb2
 
 from agent import audio_util, flite
-from agent.speech import RecognitionStream, SpeechClient, SpeechError
+from agent.speech import RecognitionOptions, RecognitionStream, SpeechClient, SpeechError
 from agent.speech_server import (
     END_OF_SPEECH,
     END_OF_UTTERANCE_FIRST_PASS,
@@ -578,9 +578,10 @@ class Recorder:
             return [k for k, _ in self.events]
 
 
-def _open(client: SpeechClient, rec: Recorder, **kwargs: object) -> RecognitionStream:
+def _open(client: SpeechClient, rec: Recorder, **options: object) -> RecognitionStream:
     return client.open_recognition(
-        sample_rate_hz=8000, on_interim=rec.on_interim, on_final=rec.on_final, on_error=rec.on_error, **kwargs  # type: ignore[arg-type]
+        RecognitionOptions(sample_rate_hz=8000, **options),  # type: ignore[arg-type]
+        on_interim=rec.on_interim, on_final=rec.on_final, on_error=rec.on_error,
     )
 
 
@@ -761,7 +762,8 @@ def test_client_errors_say_whether_retryable(client: SpeechClient) -> None:
         assert down.value.retryable
         rec = Recorder()
         stream = dead.open_recognition(
-            sample_rate_hz=8000, on_interim=rec.on_interim, on_final=rec.on_final, on_error=rec.on_error
+            RecognitionOptions(sample_rate_hz=8000), on_interim=rec.on_interim, on_final=rec.on_final,
+            on_error=rec.on_error,
         )
         assert rec.error.wait(RPC_TIMEOUT_S)
         error = rec.events[-1][1]

@@ -57,10 +57,9 @@ class FakeSpeech:
         self.streams: list[FakeStream] = []
         self.syntheses: list[FakeSynthesis] = []
 
-    def open_recognition(self, *, sample_rate_hz, on_interim, on_final, on_error, stop_history_ms=None,
-                         interim_results=True, phrases=()):
+    def open_recognition(self, options, *, on_interim, on_final, on_error):
         s = FakeStream(on_interim=on_interim, on_final=on_final, on_error=on_error)
-        s.phrases = phrases
+        s.phrases = options.phrases
         self.streams.append(s)
         return s
 

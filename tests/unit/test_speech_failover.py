@@ -14,7 +14,7 @@ import pytest
 from twisted.internet.task import Clock, LoopingCall
 
 from agent.regions import RegionSelector, RegionSpec, Selection
-from agent.speech import SpeechError
+from agent.speech import RecognitionOptions, SpeechError
 from agent.speech_failover import (
     FailoverEvent,
     FailoverSettings,
@@ -98,8 +98,8 @@ class FakeClient:
         self.recognitions: list[FakeRecognition] = []
         self.syntheses: list[FakeSynthesis] = []
 
-    def open_recognition(self, **kw: Any) -> FakeRecognition:
-        stream = FakeRecognition(self.address, kw)
+    def open_recognition(self, options: Any, **kw: Any) -> FakeRecognition:
+        stream = FakeRecognition(self.address, {"options": options, **kw})
         self.recognitions.append(stream)
         return stream
 
@@ -146,9 +146,9 @@ class World:
 
     def open(self, **kw: Any) -> Any:
         return self.speech.open_recognition(
-            sample_rate_hz=RATE, on_interim=self.interims.append,
+            RecognitionOptions(sample_rate_hz=RATE, stop_history_ms=kw.pop("stop_history_ms", 500), **kw),
+            on_interim=self.interims.append,
             on_final=lambda text, conf: self.finals.append(text), on_error=self.errors.append,
-            stop_history_ms=kw.pop("stop_history_ms", 500), **kw,
         )
 
     def talk(self, stream: Any, chunks: list[bytes], *, each: Callable[[int], None] | None = None) -> None:
