@@ -1179,6 +1179,7 @@ def _sorted_unique(issues: Sequence[DialplanIssue], paths: Sequence[str]) -> lis
 
 
 _T = TypeVar("_T")
+_Parsed = TypeVar("_Parsed", Template, Expression)
 
 _TAG_NAMES = {
     "tag:yaml.org,2002:str": "a string",
@@ -1418,32 +1419,28 @@ class _FileParser:
         return value
 
     def template(self, node: Node, what: str) -> Template | None:
-        text = self.string(node, what)
-        if text is None:
-            return None
-        try:
-            template = parse_template(text)
-        except TemplateError as exc:
-            self.issues.append(DialplanIssue(self.text_mark(node, exc.offset), f"in {what}: {exc}"))
-            return None
-        for name, offset in template.references:
-            self.result.variable_uses.append((name, self.text_mark(node, offset), what))
-        return template
+        return self._parsed(node, what, parse_template)
 
     def expression(self, node: Node, what: str) -> Expression | None:
+        expression = self._parsed(node, what, parse_expression)
+        if expression is not None:
+            for literal, offset in expression.compared_literals("intent"):
+                self.result.intent_uses.append((literal, self.text_mark(node, offset)))
+        return expression
+
+    def _parsed(self, node: Node, what: str, parse: Callable[[str], _Parsed]) -> _Parsed | None:
+        """*node*'s string parsed by *parse*, its variable references recorded; errors point into the text."""
         text = self.string(node, what)
         if text is None:
             return None
         try:
-            expression = parse_expression(text)
+            parsed = parse(text)
         except TemplateError as exc:
             self.issues.append(DialplanIssue(self.text_mark(node, exc.offset), f"in {what}: {exc}"))
             return None
-        for name, offset in expression.references:
+        for name, offset in parsed.references:
             self.result.variable_uses.append((name, self.text_mark(node, offset), what))
-        for literal, offset in expression.compared_literals("intent"):
-            self.result.intent_uses.append((literal, self.text_mark(node, offset)))
-        return expression
+        return parsed
 
     def text_mark(self, node: Node, offset: int) -> SourceMark:
         """Where character *offset* of a scalar's value is, when the source spells it verbatim.
