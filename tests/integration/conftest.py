@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -39,6 +39,37 @@ def free_sip_port() -> int:
             continue
 
 
+def read_metrics(port: int, timeout_s: float = 5.0) -> dict[str, float]:
+    """Samples of ``/metrics`` on *port* as {'name{labels}': value}."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s).read().decode()
+    out: dict[str, float] = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def read_health(port: int) -> dict[str, object]:
+    """``/healthz`` on *port* (its JSON body whatever the status code)."""
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
+    except urllib.error.HTTPError as e:
+        body = e.read()
+    return json.loads(body)
+
+
+def wait_until(predicate, timeout_s: float, what: str, log: Callable[[], str], interval_s: float = 0.1):  # type: ignore[no-untyped-def]
+    """Poll *predicate* until it returns something true (returned); fail with the tail of *log*."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n--- log ---\n{log()[-5000:]}")
+
+
 @dataclass
 class AgentProcess:
     proc: subprocess.Popen[bytes]
@@ -58,20 +89,10 @@ class AgentProcess:
 
     def metrics(self) -> dict[str, float]:
         """Samples of /metrics as {'name{labels}': value}."""
-        body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
-        out: dict[str, float] = {}
-        for line in body.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return read_metrics(self.metrics_port)
 
     def health(self) -> dict[str, object]:
-        try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/healthz", timeout=5).read()
-        except urllib.error.HTTPError as e:
-            body = e.read()
-        return json.loads(body)
+        return read_health(self.metrics_port)
 
     def records(self) -> list[dict[str, object]]:
         if not os.path.exists(self.records_path):
@@ -80,13 +101,7 @@ class AgentProcess:
             return [json.loads(line) for line in f if line.strip()]
 
     def wait_for(self, predicate, timeout_s: float = 20.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n--- server log ---\n{self.log()[-4000:]}")
+        return wait_until(predicate, timeout_s, what, self.log)
 
 
 def start_agent(tmp_path: str, *extra: str, capacity: int = 4, ready_timeout_s: float = 90.0) -> AgentProcess:

@@ -17,8 +17,6 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,7 +24,9 @@ import numpy as np
 import pytest
 
 from media.pcap import rtp_streams
-from tests.integration.conftest import OPENCLAW, ROOT, Capture, free_port, free_sip_port, run_sipp
+from tests.integration.conftest import (
+    OPENCLAW, ROOT, Capture, free_port, free_sip_port, read_health, read_metrics, run_sipp, wait_until,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -82,20 +82,10 @@ class Node:
             return f.read()
 
     def health(self) -> dict[str, Any]:
-        try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/healthz", timeout=5).read()
-        except urllib.error.HTTPError as e:
-            body = e.read()
-        return json.loads(body)
+        return read_health(self.metrics_port)
 
     def metrics(self) -> dict[str, float]:
-        body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
-        out: dict[str, float] = {}
-        for line in body.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return read_metrics(self.metrics_port, timeout_s=10)
 
     def front_states(self) -> dict[str, str]:
         out = subprocess.run(["kamcmd", "-s", f"unix:{self.run_dir}/kamailio.ctl", "dispatcher.list"],
@@ -114,13 +104,7 @@ class Node:
         return out
 
     def wait_for(self, predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{self.log()[-5000:]}")
+        return wait_until(predicate, timeout_s, what, self.log, interval_s=0.05)
 
     def worker_range(self, i: int) -> range:
         per = self.rtp_range // self.workers
