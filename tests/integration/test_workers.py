@@ -182,20 +182,6 @@ def node(tmp_path: Any) -> Any:
     assert "Traceback" not in n.log(), n.log()[-6000:]
 
 
-def proxy_scenario(tmp_path: Any, name: str) -> str:
-    """A copy of an ops/sipp scenario that follows Record-Route (ACK and BYE to the Contact, with Route)."""
-    text = open(os.path.join(SIPP_DIR, name), encoding="utf-8").read()
-    text = text.replace('<recv response="200" rtd="true"/>', '<recv response="200" rtd="true" rrs="true"/>')
-    text = re.sub(r"(ACK|BYE) sip:\[service\]@\[remote_ip\]:\[remote_port\] SIP/2\.0", r"\1 [next_url] SIP/2.0",
-                  text)
-    text = re.sub(r"(\n\s*)(CSeq: \d+ (?:ACK|BYE))", r"\1[routes]\1\2", text)
-    text = text.replace("ops/sipp/audio/", os.path.join(SIPP_DIR, "audio") + "/")
-    path = os.path.join(str(tmp_path), "proxy-" + name)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
-
-
 @dataclass
 class SippCall:
     call_id: str
@@ -241,7 +227,7 @@ def test_sixteen_calls_complete_with_audio_both_ways_spread_over_both_workers(no
     """16 SIPp calls through Kamailio (4 at a time) all complete: each worker answers some, the caller's
     words reach a worker (it heard "check my balance"), the agent's voiced RTP reaches the caller, and the
     caller's BYE, routed by Record-Route, reaches the worker holding the call (200, not 481)."""
-    scenario = proxy_scenario(tmp_path, "caller-utterance.xml")
+    scenario = os.path.join(SIPP_DIR, "caller-utterance.xml")
     trace = tmp_path / "messages.log"
     cap = Capture(str(tmp_path / "rtp.pcap"), f"udp portrange {node.rtp_port}-{node.rtp_port + node.rtp_range - 1}")
     try:
@@ -320,7 +306,7 @@ def test_kill_9_worker_under_load_fails_over_and_rejoins(node: Node, tmp_path: A
     victim = node.health()["workers"][0]
     assert victim["status"] == "ready" and victim["pid"]
     trace = tmp_path / "load.log"
-    scenario = proxy_scenario(tmp_path, "caller-hold.xml")  # BYEs follow Record-Route to the call's worker
+    scenario = os.path.join(SIPP_DIR, "caller-hold.xml")  # BYEs follow Record-Route to the call's worker
     sipp = subprocess.Popen(
         ["sipp", "-sf", scenario, "-i", "127.0.0.1", "-p", str(free_port()),
          "-nostdin", "-timeout", "60s", "-s", "1000", "-m", "24", "-l", "6", "-r", "2", "-d", "1500",
@@ -391,7 +377,7 @@ def test_sigterm_drains_calls_in_progress_finish_and_nothing_new_is_accepted(tmp
     node = start_node(str(tmp_path))
     try:
         kamailio_pid = node.health()["front"]["pid"]
-        scenario = proxy_scenario(tmp_path, "caller-utterance.xml")
+        scenario = os.path.join(SIPP_DIR, "caller-utterance.xml")
         trace = tmp_path / "calls.log"
         sipp = subprocess.Popen(
             ["sipp", "-sf", scenario, "-i", "127.0.0.1", "-p", str(free_port()), "-nostdin", "-timeout", "60s",
