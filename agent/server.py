@@ -25,7 +25,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from agent.config import ServerConfig
-from agent.dialogue import DialogueSession, Hangup, Say
+from agent.dialogue import DialogueSession
 from agent.dialplan import Dialplan, static_prompts
 from agent.dialplan_store import DialplanStore
 from agent.webhook import call_webhook
@@ -394,53 +394,14 @@ class AgentServer:
     def _say_goodbye(self, session: CallSession) -> None:
         self.metrics.calls_ended_by_server.labels("goodbye").inc()
         log.info("call {call_id} ending: goodbye prompt, then BYE", call_id=session.call_id)
-        polite = getattr(session, "end_politely", None)
-        if callable(polite):
-            polite(GOODBYE_PROMPT, self.config.speech.voice, "server stopping")
-            return
-        if session.ended:
-            return
-        if not session.turns:  # media never started: nothing can be heard
-            session._control.hangup()
-            session.close("server stopping")
-            return
-        # The same steps as the session's own maximum-duration timeout: drop what it
-        # was doing, then run a goodbye prompt and a hangup through its action queue.
-        try:
-            if session._synth is not None:
-                session._synth.cancel()
-                session._synth = None
-            session.playout.flush()
-            session._pending.clear()
-            session._current = None
-            session._current_segment = None
-            session._stop_listening()
-        except Exception:
-            log.failure("call {call_id}: goodbye failed; hanging up", call_id=session.call_id)
-            session._control.hangup()
-            session.close("server stopping")
-            return
-
-        def goodbye() -> None:
-            # A turn later: the flushed prompt's playout event (delivered through
-            # callFromThread) must not be taken for the goodbye's.
-            try:
-                session._run([Say(GOODBYE_PROMPT, self.config.speech.voice, barge_in=False, cache_key=None),
-                              Hangup("server stopping")])
-            except Exception:
-                log.failure("call {call_id}: goodbye failed; hanging up", call_id=session.call_id)
-                session._control.hangup()
-                session.close("server stopping")
-
-        self.reactor.callLater(0.05, goodbye)
+        session.end_politely(GOODBYE_PROMPT, self.config.speech.voice, "server stopping")
 
     def _hang_up_all(self, how: str) -> None:
         self._goodbye_timer = None
         for session in list(self.sessions.values()):
             if how == "forced":
                 self.metrics.calls_ended_by_server.labels("forced").inc()
-            session._control.hangup()
-            session.close("server stopping")
+            session.hang_up("server stopping")
         if self.stack is not None:
             for call in self.stack.calls:
                 call.hangup()

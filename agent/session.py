@@ -876,6 +876,11 @@ class CallSession:
         if self.ended:
             return
         log.info("call {call_id} reached its maximum duration", **self.log_fields)
+        self._drop_current_work()
+        self._run(self.dialogue.on_call_timeout())
+
+    def _drop_current_work(self) -> None:
+        """Stop talking and listening and forget the queued actions."""
         if self._synth is not None:
             self._synth.cancel()
             self._synth = None
@@ -884,7 +889,42 @@ class CallSession:
         self._current = None
         self._current_segment = None
         self._stop_listening()
-        self._run(self.dialogue.on_call_timeout())
+
+    def hang_up(self, reason: str) -> None:
+        """Send BYE now and close the session."""
+        self._control.hangup()
+        self.close(reason)
+
+    def end_politely(self, text: str, voice: str, reason: str) -> None:
+        """Drop what the call was doing, say *text*, then hang up (server shutdown, drain).
+
+        A call whose media never started is hung up at once; if anything fails on the
+        way, the call is hung up rather than left open."""
+        if self.ended:
+            return
+        if not self.turns:  # media never started: nothing can be heard
+            self.hang_up(reason)
+            return
+
+        def hang_up_now() -> None:
+            log.failure("call {call_id}: goodbye failed; hanging up", **self.log_fields)
+            self.hang_up(reason)
+
+        try:
+            self._drop_current_work()
+        except Exception:
+            hang_up_now()
+            return
+
+        def goodbye() -> None:
+            # A turn later: the flushed prompt's playout event (delivered through
+            # callFromThread) must not be taken for the goodbye's.
+            try:
+                self._run([Say(text, voice, barge_in=False, cache_key=None), Hangup(reason)])
+            except Exception:
+                hang_up_now()
+
+        self._reactor.callLater(0.05, goodbye)
 
     def _say(self, say: Say) -> None:
         self._say_segment(say)

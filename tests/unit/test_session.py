@@ -316,6 +316,22 @@ def test_goodbye_plays_then_hangs_up_and_tears_down():
     assert h.ended == [h.session]
 
 
+def test_ending_politely_cuts_the_prompt_says_goodbye_then_hangs_up():
+    """Server shutdown mid-prompt: the prompt stops, the goodbye is said in full, then BYE."""
+    h = Harness()
+    h.session.start()
+    h.tick(20)
+    assert h.session.playout.busy
+    h.session.end_politely("We are closing now. Goodbye.", "kal16", "server stopping")
+    h.tick(10)
+    said = [p["text"] for t in h.session.turns for p in t.agent_prompts]
+    assert said[-1] == "We are closing now. Goodbye." and said[-2] != said[-1]
+    assert h.session.playout.busy and h.control.hung_up == 0
+    h.play_out()
+    h.tick(2)
+    assert h.control.hung_up == 1 and h.session.ended
+
+
 def test_failed_transfer_says_so_and_returns_to_the_menu():
     """A REFER answered 503 leads to the apology and the menu again."""
     h = Harness()

@@ -39,6 +39,10 @@ class FakeSession:
     def end_politely(self, text: str, voice: str, reason: str) -> None:
         self.goodbyes.append((text, voice))
 
+    def hang_up(self, reason: str) -> None:
+        self._control.hangup()
+        self.close(reason)
+
     def close(self, reason: str) -> None:
         if not self.ended:
             self.ended = True
