@@ -567,10 +567,12 @@ class HintModels:
         with self._lock:
             pool = self._pools.pop(key, None)
             if pool is None:
-                sents = phrase_lm.sentences(phrases + phrase_lm.CARRIER_PHRASES, self._known)
-                if not phrase_lm.sentences(phrases, self._known):
+                known = self._dictionary().__contains__
+                hinted = phrase_lm.sentences(phrases, known)
+                if not hinted:
                     return None
-                background = self._background()
+                sents = hinted + phrase_lm.sentences(phrase_lm.CARRIER_PHRASES, known)
+                background = self.background_words()
                 arpa = phrase_lm.build_arpa(sents, background)
                 words = sorted({w for sent in sents for w in sent} | set(background))
                 pool = DecoderPool(self._max_idle, factory=lambda: self._build(arpa, words))
@@ -581,14 +583,11 @@ class HintModels:
 
     def prewarm(self) -> None:
         """Read the dictionary and the background words now rather than at the first hinted stream."""
-        self._background()
+        self.background_words()
 
     def background_words(self) -> dict[str, float]:
-        """The ``BACKGROUND_WORDS`` commonest words of the general model, with their probabilities."""
-        return dict(self._background())
-
-    def _background(self) -> dict[str, float]:
-        """The ``BACKGROUND_WORDS`` commonest words of the general model, with their probabilities."""
+        """The ``BACKGROUND_WORDS`` commonest words of the general model, with their probabilities
+        (computed once; do not modify)."""
         if self._background_words is None:
             model_dir = os.path.join(pocketsphinx.get_model_path(), "en-us")
             logmath = pocketsphinx.LogMath()
@@ -597,9 +596,6 @@ class HintModels:
             scored = sorted(((general.prob([w]), w) for w in self._dictionary() if "_" not in w), reverse=True)
             self._background_words = {w: logmath.exp(score) for score, w in scored[:BACKGROUND_WORDS]}
         return self._background_words
-
-    def _known(self, word: str) -> bool:
-        return word in self._dictionary()
 
     def _dictionary(self) -> dict[str, list[str]]:
         if self._pronunciations is None:
