@@ -86,7 +86,7 @@ class SpeechSettings:
     #: trailing silence (ms) after which the recogniser finalises an utterance
     stop_history_ms: int = 300
     #: send each call's expected phrases to the recogniser (Riva ``speech_contexts``)
-    phrase_hints: bool = False
+    phrase_hints: bool = True
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,19 @@ CARRIER_PHRASES: tuple[str, ...] = (
     "i would like to", "i'd like to", "i want to", "i need to", "i wanna", "can you", "could you",
     "can you tell me", "could you tell me", "can i", "could i", "may i", "please", "i would like to know",
     "i want to know", "tell me", "what is", "what's", "what are", "when is", "how do i", "how much",
-    "yes", "no", "yeah", "okay", "um", "uh", "hello", "hi", "thank you", "thanks", "the", "a", "my",
+    "yes", "no", "um", "uh", "hello", "hi", "thank you", "thanks", "the", "a", "my",
     "and", "for", "to", "of", "is", "it", "that", "this", "me", "about", "just", "again", "sorry",
 )
+
+#: Acknowledgements said while the agent talks. Without words of their own in the
+#: model they come out as the nearest hint words ("mm-hmm" as "an agent", which is
+#: a request); they are added ACKNOWLEDGEMENT_WEIGHT times, as a caller says them
+#: far more often than any one request.
+ACKNOWLEDGEMENTS: tuple[str, ...] = (
+    "uh huh", "mm hmm", "mhm", "hmm", "mm", "yeah", "yep", "okay", "ok", "right", "all right", "sure", "i see",
+    "oh", "ah",
+)
+ACKNOWLEDGEMENT_WEIGHT = 12
 
 
 def sentences(phrases: Iterable[str], known: Callable[[str], bool] = lambda w: True) -> list[list[str]]:

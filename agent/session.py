@@ -31,6 +31,7 @@ from agent.dialogue import (
     WebhookResult,
 )
 from agent.audio_util import StreamResampler
+from agent.bargein import BargeIn, BargeInConfig, Verdict
 from agent.endpointer import (
     BACKCHANNELS, EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, words,
 )
@@ -46,8 +47,6 @@ from media.voicing import PeriodicityMeter
 PERIODIC_VOICE = 0.45
 
 #: words with which callers take the turn while the agent talks
-INTERRUPTION_WORDS = frozenset(
-    "wait stop hold excuse sorry pardon hello help question repeat again actually no agent operator".split())
 from media.vad import EnergyVad, VadConfig, VadEvent, VadEventType
 
 log = Logger(namespace="openclaw.session")
@@ -113,15 +112,10 @@ class SessionSettings:
     vad: VadConfig = field(default_factory=VadConfig)
     stop_history_ms: int = 300
     #: send the dialogue's expected phrases as recognition hints
-    phrase_hints: bool = False
+    phrase_hints: bool = True
     asr_reopen_limit: int = 3
-    #: a voice shorter than this during an interruptible prompt, whose words are not a request,
-    #: is an acknowledgement ("uh-huh", "okay"): the paused prompt resumes
-    #: during an interruptible prompt, a caller's voice this long takes the turn whatever the
-    #: words; shorter, it does only with a request or an interrupting word, else the prompt resumes
-    interruption_min_ms: int = 1200
-    #: a voice at least this long waits for the recogniser's final before the prompt resumes
-    wait_final_after_ms: int = 500
+    #: what a caller's voice over an interruptible prompt must be to take the turn
+    barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     endpointer: EndpointerConfig = field(default_factory=EndpointerConfig)
     #: an intent match this sure counts as a complete request for endpointing (the dialogue
     #: itself accepts weaker matches once the turn is over)
@@ -243,7 +237,7 @@ class CallSession:
                                    monotonic=monotonic)
         self.media.playout = self.playout
         self.media.on_onset = self._on_voice_onset
-        self._barge: dict[str, Any] | None = None
+        self._barge: BargeIn | None = None
         #: (text, forked dialogue, its actions, prepared audio by prompt text, synthesis streams)
         self._speculation: tuple[str, DialogueSession, list[Action], dict[str, list[bytes]],
                                  list[SynthesisStream]] | None = None
@@ -398,9 +392,11 @@ class CallSession:
         if self.ended:
             return
         turn_text = self.transcripts.on_interim(text)
-        if self._barge is not None and self._says_something(turn_text):
-            self._commit_barge_in("words")
-            return
+        if self._barge is not None:
+            self._barge.on_words(turn_text)
+            self._barge_check()
+            if self._barge is not None:
+                return
         if self._listening:
             self._speculate(turn_text)
             self._handle_endpoint(self.endpointer.on_transcript(turn_text, self._now_ms()))
@@ -423,11 +419,10 @@ class CallSession:
             log.info("call {call_id} cut-in: caller added {extra!r} after the turn was taken",
                      extra=" ".join(extra), **self.log_fields)
         if self._barge is not None:
-            self._barge["final"] = True
-            if self._says_something(turn_text):
-                self._commit_barge_in("words")
+            self._barge.on_words(turn_text, final=True)
+            self._barge_check()
+            if self._barge is not None:
                 return
-            self._schedule_barge_check(0.0)
         if self._listening and turn_text:
             self._speculate(turn_text)
             self._handle_endpoint(self.endpointer.on_transcript(turn_text, self._now_ms()))
@@ -558,7 +553,7 @@ class CallSession:
                 self._caller_speaking = False
                 self._last_speech_end = at
                 if self._barge is not None:
-                    self._schedule_barge_check(0.08)
+                    self._schedule_barge_check(self._barge.config.resume_after_ms / 1000.0)
                 if self._listening:
                     self._handle_endpoint(self.endpointer.on_speech_end(at * 1000.0, self._now_ms()))
                     if self._listen is not None and not self.endpointer.in_turn:
@@ -577,71 +572,58 @@ class CallSession:
         if not isinstance(self._current, Say):
             self.playout.resume()
             return
-        self._barge = {"started": started_at, "paused_at": self._monotonic()}
+        self._barge = BargeIn(started_at, self._is_complete, self.settings.barge_in)
         if self._metrics:
             self._metrics.barge_in_decision.observe(max(0.0, self._monotonic() - started_at))
         log.info("call {call_id} caller's voice: prompt paused", **self.log_fields)
-        wait = started_at + self.settings.interruption_min_ms / 1000.0 - self._monotonic()
-        self._schedule_barge_check(max(0.0, wait))
+        self._barge_check()
 
     def _schedule_barge_check(self, delay_s: float) -> None:
         if self._barge_timer is not None and self._barge_timer.active():
             self._barge_timer.cancel()
-        self._barge_timer = self._reactor.callLater(delay_s, self._barge_check)
+        self._barge_timer = self._reactor.callLater(max(0.0, delay_s), self._barge_check)
 
-    def _barge_check(self) -> None:
-        self._barge_timer = None
-        barge = self._barge
-        if barge is None or self.ended:
-            return
-        now = self._monotonic()
-        spoke_ms = (max(self.media.last_voiced_at, barge["started"]) - barge["started"]) * 1000.0
-        still_talking = self._caller_speaking or now - self.media.last_voiced_at < 0.1
-        text = self.transcripts.text
-        if self._says_something(text):
-            self._commit_barge_in("words")
-            return
-        if still_talking:
-            if spoke_ms >= self.settings.interruption_min_ms:
-                self._commit_barge_in("long enough")
-            else:
-                self._schedule_barge_check(max(0.02, (self.settings.interruption_min_ms - spoke_ms) / 1000.0))
-            return
-        if (spoke_ms >= self.settings.wait_final_after_ms and not barge.get("final")
-                and now - self.media.last_voiced_at < self.settings.stop_history_ms / 1000.0 + 0.3):
-            # Longer than most acknowledgements: let the recogniser's final say what it was.
-            self._schedule_barge_check(0.05)
-            return
-        # A short acknowledgement, a cough with a voice in it: carry on where the prompt stopped.
-        self._barge = None
-        self.false_interruptions += 1
-        self.transcripts.consume()  # its words are not part of the caller's next turn
-        self.playout.resume()
-        if self._metrics:
-            self._metrics.barge_in_outcomes.labels("resumed").inc()
-        log.info("call {call_id} caller's {ms:.0f} ms of voice ({text!r}) did not interrupt; prompt resumed",
-                 ms=spoke_ms, text=self.transcripts.text, **self.log_fields)
-
-    def _says_something(self, text: str) -> bool:
-        """Words that take the turn: a request the dialogue understands, or a word people use
-        to interrupt ("wait", "stop", "excuse me"). Recognisers turn acknowledgements into
-        random short words ("mm-hmm" → "and they get it"), so other words do not count."""
-        if not text.strip() or is_backchannel(text):
-            return False
-        if self._is_complete(text):
-            return True
-        return any(w in INTERRUPTION_WORDS for w in words(text))
-
-    def _commit_barge_in(self, why: str) -> None:
-        barge, self._barge = self._barge, None
+    def _cancel_barge_check(self) -> None:
         if self._barge_timer is not None and self._barge_timer.active():
             self._barge_timer.cancel()
         self._barge_timer = None
+
+    def _barge_check(self) -> None:
+        """Ask the barge-in in progress for its verdict and carry it out."""
+        self._cancel_barge_check()
+        barge = self._barge
+        if barge is None or self.ended:
+            return
+        decision = barge.decide(self._monotonic(), self.media.last_voiced_at, self._caller_speaking)
+        if decision.verdict is Verdict.INTERRUPT:
+            self._commit_barge_in(decision.why)
+            return
+        if decision.verdict is Verdict.RESUME:
+            self._barge = None
+            spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
+            self.false_interruptions += 1
+            self.transcripts.consume()  # its words are not part of the caller's next turn
+            self.playout.resume()
+            if self._metrics:
+                self._metrics.barge_in_outcomes.labels("resumed").inc()
+            log.info("call {call_id} caller's {ms:.0f} ms of voice ({text!r}) did not interrupt; prompt "
+                     "{how}", ms=spoke_ms, text=barge.text, how="played on" if barge.talking_over else "resumed",
+                     **self.log_fields)
+            return
+        if decision.verdict is Verdict.TALK_OVER and self.playout.paused:
+            self.playout.resume()
+            log.info("call {call_id} caller's {text!r} is an acknowledgement: prompt plays on",
+                     text=barge.text, **self.log_fields)
+        if decision.check_in_s is not None:
+            self._schedule_barge_check(decision.check_in_s)
+
+    def _commit_barge_in(self, why: str) -> None:
+        barge, self._barge = self._barge, None
+        self._cancel_barge_check()
         if barge is None:
             return
-        if self._speech_started_at is None or self._speech_started_at < barge["started"] - 1.0:
-            self._speech_started_at = barge["started"]
-        self._caller_speaking = self._caller_speaking or self._monotonic() - self.media.last_voiced_at < 0.1
+        if self._speech_started_at is None or self._speech_started_at < barge.started_at - 1.0:
+            self._speech_started_at = barge.started_at
         if self._metrics:
             self._metrics.barge_in_outcomes.labels("interrupted").inc()
         log.info("call {call_id} barge-in confirmed ({why})", why=why, **self.log_fields)
@@ -661,7 +643,7 @@ class CallSession:
         if again and isinstance(again[0], Say) and isinstance(again[-1], Listen):
             self._reask = tuple(again)
         if self._listening:
-            self.endpointer.on_speech_start(barge["started"] * 1000.0)
+            self.endpointer.on_speech_start(barge.started_at * 1000.0)
             if not self._caller_speaking:
                 self.endpointer.on_speech_end(self.media.last_voiced_at * 1000.0, self._now_ms())
             self._handle_endpoint(self.endpointer.on_transcript(self.transcripts.text, self._now_ms()))
@@ -676,8 +658,7 @@ class CallSession:
             return False
         if self._barge is not None:
             self._barge = None
-            if self._barge_timer is not None and self._barge_timer.active():
-                self._barge_timer.cancel()
+            self._cancel_barge_check()
         self.barge_ins += 1
         if self._metrics:
             self._metrics.barge_ins.inc()

@@ -571,7 +571,8 @@ class HintModels:
                 hinted = phrase_lm.sentences(phrases, known)
                 if not hinted:
                     return None
-                sents = hinted + phrase_lm.sentences(phrase_lm.CARRIER_PHRASES, known)
+                sents = (hinted + phrase_lm.sentences(phrase_lm.CARRIER_PHRASES, known)
+                         + phrase_lm.sentences(phrase_lm.ACKNOWLEDGEMENTS, known) * phrase_lm.ACKNOWLEDGEMENT_WEIGHT)
                 background = self.background_words()
                 arpa = phrase_lm.build_arpa(sents, background)
                 words = sorted({w for sent in sents for w in sent} | set(background))

@@ -14,13 +14,18 @@ from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, rms_dbfs
 
 #: a 5 ms analysis window at 16 kHz
 _WINDOW_MS = 5
+#: audio kept before the first sound. The sound threshold (25 dB under the
+#: prompt's loudest window) already keeps soft first consonants ("s", "f");
+#: more lead-in is quiet murmur that reaches the caller as silence: on the
+#: wire, a 40 ms lead-in delayed each reply's first voiced packet by 40 ms.
+LEAD_MS = 10
 
 
 def _window_bytes(sample_rate_hz: int) -> int:
     return sample_rate_hz * _WINDOW_MS // 1000 * BYTES_PER_SAMPLE
 
 
-def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = 40, tail_ms: int = 150,
+def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = LEAD_MS, tail_ms: int = 150,
                  threshold_dbfs: float | None = None, below_peak_db: float = 25.0) -> bytes:
     """*pcm* without leading silence (keeping *lead_ms*, so a soft first consonant stays) and
     with at most *tail_ms* after the last sound.
@@ -45,7 +50,7 @@ def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: i
 class LeadingSilenceGate:
     """Drops streamed audio until the first voiced window, then passes everything."""
 
-    def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = 40,
+    def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = LEAD_MS,
                  threshold_dbfs: float = -40.0) -> None:
         self._w = _window_bytes(sample_rate_hz)
         self._lead = lead_ms * (sample_rate_hz // 1000) * BYTES_PER_SAMPLE

@@ -52,12 +52,12 @@ def test_yaml_syntax_error_has_a_position(tmp_path):
         load_config(str(p))
 
 
-def test_phrase_hints_are_off_unless_configured(tmp_path):
-    """speech.phrase_hints defaults to false; a non-boolean is an error with its position."""
-    assert load_config(None).speech.phrase_hints is False
+def test_phrase_hints_are_on_unless_turned_off(tmp_path):
+    """speech.phrase_hints defaults to true; a non-boolean is an error with its position."""
+    assert load_config(None).speech.phrase_hints is True
     p = tmp_path / "c.yaml"
-    p.write_text("speech:\n  phrase_hints: true\n")
-    assert load_config(str(p)).speech.phrase_hints is True
+    p.write_text("speech:\n  phrase_hints: false\n")
+    assert load_config(str(p)).speech.phrase_hints is False
     p.write_text("speech:\n  phrase_hints: 3\n")
     with pytest.raises(ConfigError, match=r":2:17: config.speech.phrase_hints: expected bool"):
         load_config(str(p))

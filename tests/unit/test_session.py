@@ -218,8 +218,8 @@ def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
 
 
 def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
-    """ "uh-huh" (250 ms of voice, recognised as a backchannel) does not stop the prompt."""
-    # Also true for an acknowledgement the recogniser turns into other short words.
+    """An acknowledgement of 250 ms the recogniser turns into other short words does not stop
+    the prompt: it resumes once the quiet after it is longer than a pause inside a sentence."""
     h = Harness()
     h.session.start()
     h.tick(40)
@@ -229,6 +229,8 @@ def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
     h.tick(15, caller=tone_frame())
     assert h.session.playout.paused
     h.tick(25)
+    assert h.session.playout.paused  # words that are not an acknowledgement: maybe a pause
+    h.tick(10)
     assert not h.session.playout.paused
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
     h.play_out()
@@ -267,17 +269,72 @@ def test_a_noise_burst_does_not_pause_the_prompt():
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 0
 
 
-def test_a_short_request_during_a_prompt_interrupts_it():
-    """A short but complete request ("goodbye") interrupts without waiting 450 ms."""
+def test_a_request_over_a_prompt_interrupts_once_the_voice_outlasts_an_acknowledgement():
+    """A complete request ("goodbye") heard early keeps the prompt paused and takes the turn as
+    soon as the voice goes on for longer than an acknowledgement would (700 ms)."""
     h = Harness()
     h.session.start()
     h.tick(120)  # into the menu prompt
     h.tick(10, caller=tone_frame())
     h.asr_interim("goodbye")
+    assert h.session.barge_ins == 0 and h.session.playout.paused
+    h.tick(50, caller=tone_frame())
+    assert h.session.barge_ins == 0 and h.session.playout.paused
+    h.tick(15, caller=tone_frame())
     assert h.session.barge_ins == 1
-    h.tick(10, caller=tone_frame())
     h.tick(10)
     assert any(t.startswith("Thank you for calling OpenClaw Bank. Goodbye") for t in h.said())
+
+
+def test_a_short_voice_heard_as_a_request_resumes_the_prompt():
+    """An "mm-hmm" of 450 ms that the recogniser hears as "an agent" is not a request to transfer:
+    the prompt resumes and the call stays where it was."""
+    h = Harness()
+    h.session.start()
+    h.tick(120)
+    h.tick(45, caller=tone_frame())
+    h.asr_interim("an agent")
+    h.tick(20)
+    assert h.session.playout.paused  # 200 ms of quiet may be a pause inside a sentence
+    h.tick(15)
+    assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
+    assert not h.session.playout.paused
+    h.play_out()
+    assert not any("transfer" in t.lower() for t in h.said())
+
+
+def test_an_acknowledgement_recognised_while_it_is_said_lets_the_prompt_play_on_at_once():
+    """ "okay" recognised 100 ms into the voice: the prompt plays again while the caller is
+    still saying it, and carries on to its end."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    h.tick(10, caller=tone_frame())
+    assert h.session.playout.paused
+    h.asr_interim("okay")
+    assert not h.session.playout.paused
+    before = h.session.playout.frames_pulled
+    h.tick(20, caller=tone_frame())
+    assert h.session.playout.frames_pulled > before  # audio went out over the caller's voice
+    h.tick(20)
+    assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
+    h.play_out()
+    greeting = h.session.turns[0].agent_prompts[0]
+    assert not greeting["interrupted"] and greeting["played_ms"] == greeting["total_ms"]
+
+
+def test_an_acknowledgement_that_turns_into_an_interruption_still_stops_the_prompt():
+    """ "okay" (prompt plays on), then "okay wait": the prompt stops and the agent listens."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("okay")
+    assert not h.session.playout.paused
+    h.tick(20, caller=tone_frame())
+    h.asr_interim("okay wait")
+    assert h.session.barge_ins == 1
+    assert not h.session.playout.busy and h.session._listening
 
 
 def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():
@@ -476,3 +533,18 @@ def test_speculation_is_discarded_when_the_caller_goes_on():
     h.tick(10, caller=tone_frame())
     h.asr_interim("check my balance of the savings account")
     assert h.session._speculation is None or h.session._speculation[0] != "check my balance"
+
+
+def test_an_interruption_decided_just_after_the_voice_ended_is_answered():
+    """The request's words arrive 60 ms after the caller stopped (the VAD has already said so):
+    the interruption is taken and the turn ends at once, not at the caller's next voice."""
+    h = Harness()
+    h.session.start()
+    h.tick(120)
+    h.tick(90, caller=tone_frame())
+    h.tick(6)
+    assert h.session.playout.paused and h.session.barge_ins == 0
+    h.asr_interim("check my balance")
+    assert h.session.barge_ins == 1
+    h.tick(3)
+    assert any(t.startswith("Your account balance") for t in h.said()), h.said()

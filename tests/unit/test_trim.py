@@ -2,7 +2,7 @@
 import math
 import struct
 
-from media.trim import LeadingSilenceGate, trim_silence
+from media.trim import LEAD_MS, LeadingSilenceGate, trim_silence
 
 RATE = 16000
 
@@ -22,16 +22,16 @@ def quiet_tone(ms: int) -> bytes:
 
 
 def test_leading_silence_is_cut_to_the_lead_in_and_the_tail_is_capped():
-    """300 ms of silence before and 400 ms after 500 ms of sound become 40 ms and 150 ms."""
+    """300 ms of silence before and 400 ms after 500 ms of sound become the lead-in and 150 ms."""
     out = trim_silence(silence(300) + tone(500) + silence(400))
-    assert len(out) == len(silence(40) + tone(500) + silence(150))
-    assert out[len(silence(40)):len(silence(40)) + 64] == tone(500)[:64]
+    assert len(out) == len(silence(LEAD_MS) + tone(500) + silence(150))
+    assert out[len(silence(LEAD_MS)):len(silence(LEAD_MS)) + 64] == tone(500)[:64]
 
 
 def test_low_level_noise_before_the_speech_is_cut_too():
     """A synthesiser's 400 ms of -55 dBFS murmur before the speech is not kept as the start."""
     out = trim_silence(quiet_tone(400) + tone(500))
-    assert len(out) == len(quiet_tone(40) + tone(500))
+    assert len(out) == len(quiet_tone(LEAD_MS) + tone(500))
 
 
 def test_all_silence_is_left_alone():
@@ -40,9 +40,9 @@ def test_all_silence_is_left_alone():
 
 
 def test_gate_drops_streamed_leading_silence_across_chunks():
-    """The first voiced audio passes (with a 5 ms lead-in) whatever the chunking; later silence passes too."""
+    """The first voiced audio passes (with the lead-in) whatever the chunking; later silence passes too."""
     gate = LeadingSilenceGate()
     audio = silence(250) + tone(100) + silence(50) + tone(50)
     out = b"".join(gate.process(audio[i:i + 999]) for i in range(0, len(audio), 999))
-    assert out == silence(40) + tone(100) + silence(50) + tone(50)
-    assert gate.dropped_bytes == len(silence(210))
+    assert out == silence(LEAD_MS) + tone(100) + silence(50) + tone(50)
+    assert gate.dropped_bytes == len(silence(250 - LEAD_MS))

@@ -1,0 +1,146 @@
+"""Barge-in: is the caller's voice over a prompt an interruption or an acknowledgement?
+
+A caller talking over the agent does one of two things: takes the turn ("wait",
+"what are my opening hours") or acknowledges and lets the agent go on ("uh-huh",
+"okay", "mm-hmm"). The first must stop the prompt within about 100 ms; the
+second must not stop it at all. The first 100 ms of a voice cannot tell the two
+apart, so the media thread pauses the prompt at the voice's onset and a
+:class:`BargeIn` then decides, from how long the voice goes on and what the
+recogniser hears in it, whether the pause becomes an interruption or the prompt
+plays on:
+
+* an interrupting word ("wait", "stop", "hold on", "excuse me") takes the turn
+  at once;
+* a request the current question understands, or a word that asks for
+  something ("agent", "operator", "help", "no"), takes it once the voice has
+  lasted longer than an acknowledgement does (``acknowledgement_max_ms``):
+  recognisers turn acknowledgements into short random words, and a short
+  "mm-hmm" heard as "an agent" must not transfer the call;
+* so does a voice that goes on for ``interruption_min_ms``, whatever the words;
+* words that are an acknowledgement let the prompt play on at once, while the
+  caller is still saying them (``TALK_OVER``); the voice is still watched and
+  can still turn into an interruption;
+* a voice that ends with none of that resumes the prompt where it paused.
+  It has ended after ``resume_after_ms`` of quiet when it had no words or an
+  acknowledgement's, after ``pause_ms`` when it had others (people pause inside
+  a sentence); a voice longer than ``wait_final_after_ms`` first waits for the
+  recogniser's final words.
+
+The class is pure: it is fed timestamps and words and answers with a
+:class:`Decision`; the session owns the timers and the playout.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.endpointer import is_backchannel, words
+
+#: words people use to stop someone talking: they take the turn however short the voice
+STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
+#: words that ask for something: they take the turn like a request does
+ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
+
+
+@dataclass(frozen=True)
+class BargeInConfig:
+    #: a voice this long takes the turn whatever its words
+    interruption_min_ms: int = 1200
+    #: a request heard in a voice no longer than this is taken for a misheard acknowledgement
+    acknowledgement_max_ms: int = 700
+    #: a voice at least this long waits for the recogniser's final words before the prompt resumes
+    wait_final_after_ms: int = 500
+    #: how long the final words are waited for after the voice ended
+    final_wait_ms: int = 600
+    #: quiet after a voice without words (or with an acknowledgement) before it counts as over
+    resume_after_ms: int = 80
+    #: quiet after a voice with other words before it counts as over: a caller pauses inside
+    #: a sentence ("what are your ... opening hours") for longer than between the syllables
+    #: of an acknowledgement
+    pause_ms: int = 300
+
+
+class Verdict(enum.Enum):
+    WAIT = "wait"              # undecided: the prompt stays as it is; check again after check_in_s
+    INTERRUPT = "interrupt"    # the caller takes the turn: flush the prompt and listen
+    TALK_OVER = "talk_over"    # an acknowledgement still being said: play the prompt on, keep watching
+    RESUME = "resume"          # the voice is over and did not interrupt: play the prompt on; done
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    why: str = ""
+    #: for WAIT and TALK_OVER: when to decide again at the latest (seconds from now)
+    check_in_s: float | None = None
+
+
+class BargeIn:
+    """One caller voice over an interruptible prompt, from its onset (the prompt paused) to a verdict.
+
+    *is_request* says whether words make a request of the current question.
+    Times are seconds on one monotonic clock.
+    """
+
+    def __init__(self, started_at: float, is_request: Callable[[str], bool],
+                 config: BargeInConfig | None = None) -> None:
+        self.started_at = started_at
+        self.config = config or BargeInConfig()
+        self._is_request = is_request
+        self.text = ""
+        self.final = False
+        #: the prompt plays again over an acknowledgement that is still being said
+        self.talking_over = False
+        self.done = False
+
+    def on_words(self, text: str, final: bool = False) -> None:
+        """The recogniser's words for this voice so far (interim or final)."""
+        self.text = text
+        self.final = self.final or final
+
+    def spoke_ms(self, last_voiced_at: float) -> float:
+        return max(0.0, last_voiced_at - self.started_at) * 1000.0
+
+    def decide(self, now: float, last_voiced_at: float, speaking: bool) -> Decision:
+        """The verdict at *now*, given the time of the caller's last voiced frame and
+        whether the VAD has the caller speaking."""
+        if self.done:
+            raise RuntimeError("this barge-in has already been decided")
+        c = self.config
+        spoke_ms = self.spoke_ms(last_voiced_at)
+        quiet_ms = max(0.0, now - last_voiced_at) * 1000.0
+        heard = words(self.text)
+        acknowledging = not heard or is_backchannel(self.text)
+        still = speaking or quiet_ms < (c.resume_after_ms if acknowledging else c.pause_ms)
+        if any(w in STOP_WORDS for w in heard):
+            return self._final(Verdict.INTERRUPT, "interrupting word")
+        asking = not acknowledging and (
+            self._is_request(self.text) or any(w in ASKING_WORDS for w in heard))
+        if asking and spoke_ms > c.acknowledgement_max_ms:
+            return self._final(Verdict.INTERRUPT, "request")
+        if still:
+            if spoke_ms >= c.interruption_min_ms:
+                return self._final(Verdict.INTERRUPT, "long enough")
+            if heard and acknowledging and not self.talking_over:
+                self.talking_over = True
+                return Decision(Verdict.TALK_OVER, "acknowledgement",
+                                check_in_s=max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))
+            if not speaking:  # a pause: decide when it has lasted long enough to be the end
+                return self._wait(max(0.02, ((c.resume_after_ms if acknowledging else c.pause_ms) - quiet_ms) / 1000.0))
+            if asking:
+                # A request, unless the voice stops before an acknowledgement would.
+                return self._wait((c.acknowledgement_max_ms - spoke_ms) / 1000.0 + 0.01)
+            return self._wait(max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))
+        if (spoke_ms >= c.wait_final_after_ms and not self.final and not asking
+                and quiet_ms < c.final_wait_ms):
+            # Longer than most acknowledgements: let the recogniser's final words say what it was.
+            return self._wait(0.05)
+        return self._final(Verdict.RESUME, "acknowledgement" if heard else "no words")
+
+    def _wait(self, check_in_s: float) -> Decision:
+        return Decision(Verdict.TALK_OVER if self.talking_over else Verdict.WAIT, check_in_s=check_in_s)
+
+    def _final(self, verdict: Verdict, why: str) -> Decision:
+        self.done = True
+        return Decision(verdict, why)

@@ -1,0 +1,110 @@
+"""BargeIn decisions on scripted timelines: times in seconds from the voice's onset."""
+import pytest
+
+from agent.bargein import BargeIn, BargeInConfig, Verdict
+
+REQUESTS = {"check my balance", "what are your opening hours", "goodbye", "and an agent"}
+
+
+def barge(**config: int) -> BargeIn:
+    return BargeIn(0.0, lambda text: any(r in text for r in REQUESTS), BargeInConfig(**config))
+
+
+def test_a_voice_without_words_waits_then_interrupts_at_the_minimum_length():
+    b = barge()
+    d = b.decide(0.05, last_voiced_at=0.05, speaking=True)
+    assert d.verdict is Verdict.WAIT and d.check_in_s == pytest.approx(1.15)
+    d = b.decide(1.2, last_voiced_at=1.2, speaking=True)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "long enough"
+
+
+def test_an_interrupting_word_takes_the_turn_at_once():
+    b = barge()
+    b.on_words("wait")
+    assert b.decide(0.2, last_voiced_at=0.2, speaking=True).verdict is Verdict.INTERRUPT
+
+
+def test_a_request_waits_until_the_voice_outlasts_an_acknowledgement():
+    b = barge()
+    b.on_words("check my balance")
+    d = b.decide(0.4, last_voiced_at=0.4, speaking=True)
+    assert d.verdict is Verdict.WAIT and d.check_in_s == pytest.approx(0.31)
+    d = b.decide(0.71, last_voiced_at=0.71, speaking=True)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "request"
+
+
+def test_a_short_voice_heard_as_a_request_resumes():
+    """ "mm-hmm" (600 ms) heard as "and an agent": over by the time it could be a request."""
+    b = barge()
+    b.on_words("and an agent")
+    assert b.decide(0.5, last_voiced_at=0.5, speaking=True).verdict is Verdict.WAIT
+    assert b.decide(0.8, last_voiced_at=0.6, speaking=False).verdict is Verdict.WAIT  # a pause, maybe
+    d = b.decide(0.91, last_voiced_at=0.6, speaking=False)
+    assert d.verdict is Verdict.RESUME and b.done
+
+
+def test_a_request_with_a_pause_inside_still_interrupts():
+    """ "what are your opening hours" with 150 ms of quiet after 570 ms of voice: the pause is
+    not the end of it, and the voice going on makes it an interruption."""
+    b = barge()
+    b.on_words("what are your opening hours")
+    d = b.decide(0.72, last_voiced_at=0.57, speaking=False)
+    assert d.verdict is Verdict.WAIT
+    assert b.decide(0.9, last_voiced_at=0.9, speaking=True).verdict is Verdict.INTERRUPT
+
+
+def test_an_acknowledgement_plays_on_while_it_is_said_and_resumes_when_it_ends():
+    b = barge()
+    b.on_words("okay")
+    d = b.decide(0.15, last_voiced_at=0.15, speaking=True)
+    assert d.verdict is Verdict.TALK_OVER and b.talking_over
+    d = b.decide(0.3, last_voiced_at=0.3, speaking=True)
+    assert d.verdict is Verdict.TALK_OVER
+    d = b.decide(0.5, last_voiced_at=0.4, speaking=False)
+    assert d.verdict is Verdict.RESUME
+
+
+def test_talking_over_an_acknowledgement_still_hears_an_interruption():
+    b = barge()
+    b.on_words("okay")
+    assert b.decide(0.15, last_voiced_at=0.15, speaking=True).verdict is Verdict.TALK_OVER
+    b.on_words("okay what are your opening hours")
+    d = b.decide(0.9, last_voiced_at=0.9, speaking=True)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "request"
+    b2 = barge()
+    b2.on_words("okay")
+    b2.decide(0.15, last_voiced_at=0.15, speaking=True)
+    b2.on_words("okay stop")
+    assert b2.decide(0.5, last_voiced_at=0.5, speaking=True).verdict is Verdict.INTERRUPT
+
+
+def test_a_long_voice_with_unclear_words_waits_for_the_final_words():
+    b = barge()
+    b.on_words("the much")
+    d = b.decide(0.7, last_voiced_at=0.6, speaking=False)
+    assert d.verdict is Verdict.WAIT and d.check_in_s == pytest.approx(0.2)  # maybe a pause
+    d = b.decide(0.95, last_voiced_at=0.6, speaking=False)
+    assert d.verdict is Verdict.WAIT and d.check_in_s == pytest.approx(0.05)  # for the final words
+    b.on_words("the much", final=True)
+    assert b.decide(1.0, last_voiced_at=0.6, speaking=False).verdict is Verdict.RESUME
+
+
+def test_the_final_words_are_not_waited_for_forever():
+    b = barge()
+    assert b.decide(0.7, last_voiced_at=0.6, speaking=False).verdict is Verdict.WAIT
+    assert b.decide(1.3, last_voiced_at=0.6, speaking=False).verdict is Verdict.RESUME
+
+
+def test_a_voice_without_words_ends_after_the_short_resume_quiet():
+    b = barge()
+    d = b.decide(0.25, last_voiced_at=0.2, speaking=False)
+    assert d.verdict is Verdict.WAIT
+    assert b.decide(0.29, last_voiced_at=0.2, speaking=False).verdict is Verdict.RESUME
+
+
+def test_a_decided_barge_in_refuses_further_decisions():
+    b = barge()
+    b.on_words("stop")
+    b.decide(0.1, last_voiced_at=0.1, speaking=True)
+    with pytest.raises(RuntimeError):
+        b.decide(0.2, last_voiced_at=0.2, speaking=True)
