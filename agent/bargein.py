@@ -17,9 +17,10 @@ plays on:
   recognisers turn acknowledgements into short random words, and a short
   "mm-hmm" heard as "an agent" must not transfer the call;
 * so does a voice that goes on for ``interruption_min_ms``, whatever the words;
-* words that are an acknowledgement let the prompt play on at once, while the
-  caller is still saying them (``TALK_OVER``); the voice is still watched and
-  can still turn into an interruption;
+* words that are an acknowledgement ("uh-huh", "okay", "yeah"; not a bare
+  hesitation such as "um", which as often begins a question) let the prompt
+  play on at once, while the caller is still saying them (``TALK_OVER``); the
+  voice is still watched and can still turn into an interruption;
 * a voice that ends with none of that resumes the prompt where it paused.
   It has ended after ``resume_after_ms`` of quiet when it had no words or an
   acknowledgement's, after ``pause_ms`` when it had others (people pause inside
@@ -32,6 +33,7 @@ The class is pure: it is fed timestamps and words and answers with a
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +43,16 @@ from agent.endpointer import is_backchannel, words
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
 #: words that ask for something: they take the turn like a request does
 ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
+#: what people say to show they are listening; hesitations ("uh", "um", "oh") alone are not
+#: acknowledgements: they as often begin a question ("um, what time do you open")
+_ACK = r"uh huh|mm hmm|mhm|okay|ok|yeah|yep|right|sure|alright|all right|i see|got it"
+_FILLER = r"uh|um|oh|ah|hmm|mm"
+_ACKNOWLEDGEMENT = re.compile(rf"^(?:(?:{_FILLER}) )*(?:{_ACK})(?: (?:{_ACK}|{_FILLER}))*$")
+
+
+def is_acknowledgement(text: str) -> bool:
+    """ "uh-huh", "okay", "mm-hmm yeah", "oh okay" -- not "uh", "um" or anything with other words."""
+    return bool(_ACKNOWLEDGEMENT.match(" ".join(words(text.replace("-", " ")))))
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,11 @@ class BargeIn:
         self.talking_over = False
         self.done = False
 
+    def on_voice_again(self) -> None:
+        """The voice went on after the prompt was let play over it (the prompt is paused again):
+        the acknowledgement is turning into something longer."""
+        self.talking_over = False
+
     def on_words(self, text: str, final: bool = False) -> None:
         """The recogniser's words for this voice so far (interim or final)."""
         self.text = text
@@ -122,7 +139,7 @@ class BargeIn:
         if still:
             if spoke_ms >= c.interruption_min_ms:
                 return self._final(Verdict.INTERRUPT, "long enough")
-            if heard and acknowledging and not self.talking_over:
+            if is_acknowledgement(self.text) and not self.talking_over:
                 self.talking_over = True
                 return Decision(Verdict.TALK_OVER, "acknowledgement",
                                 check_in_s=max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))

@@ -97,6 +97,8 @@ class EndpointingSettings:
     incomplete_silence_ms: int = 800
     #: silence that ends a turn ending like an unfinished phrase ("I would like to")
     continuation_silence_ms: int = 1400
+    #: silence that ends a complete request said in under 400 ms of speech ("no")
+    short_turn_silence_ms: int = 250
 
 
 @dataclass(frozen=True)
@@ -305,12 +307,14 @@ def load_config(path: str | None) -> ServerConfig:
 
     endpointing = EndpointingSettings()
     if (r := top.sub("endpointing")) is not None:
-        r.check_keys(("complete_silence_ms", "incomplete_silence_ms", "continuation_silence_ms"))
+        r.check_keys(("complete_silence_ms", "incomplete_silence_ms", "continuation_silence_ms",
+                      "short_turn_silence_ms"))
         endpointing = EndpointingSettings(
             complete_silence_ms=r.get("complete_silence_ms", int, endpointing.complete_silence_ms, _positive),
             incomplete_silence_ms=r.get("incomplete_silence_ms", int, endpointing.incomplete_silence_ms, _positive),
             continuation_silence_ms=r.get("continuation_silence_ms", int, endpointing.continuation_silence_ms,
-                                          _positive))
+                                          _positive),
+            short_turn_silence_ms=r.get("short_turn_silence_ms", int, endpointing.short_turn_silence_ms, _positive))
 
     dialplans = tuple(os.path.join(base, p) for p in top.strings("dialplans", ())) or (DEFAULT_DIALPLAN,)
     variables: tuple[tuple[str, str], ...] = ()

@@ -56,6 +56,12 @@ class EndpointerConfig:
     continuation_silence_ms: int = 1400
     #: a turn needs this much speech before it can end on meaning alone
     min_speech_ms: int = 150
+    #: a complete request in less speech than this ("no", "yes", or the first word of "what
+    #: time do you open" heard as "no" in the stop before "time") ends after
+    #: short_turn_silence_ms instead: a recogniser's guess at one short word is the least sure,
+    #: and people stop inside words for longer than complete_silence_ms
+    short_turn_ms: int = 400
+    short_turn_silence_ms: int = 250
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class EndOfTurn:
     speech_end_ms: float
     #: when the decision was made (``speech_end_ms`` + the silence waited)
     decided_ms: float
-    reason: str  # "complete", "incomplete", "continuation"
+    reason: str  # "complete", "short", "incomplete", "continuation"
 
 
 class TurnEndpointer:
@@ -118,7 +124,7 @@ class TurnEndpointer:
         c = self.config
         text = self.text
         if text and self._complete(text) and self._speech_ms() >= c.min_speech_ms:
-            return c.complete_silence_ms
+            return c.complete_silence_ms if self._speech_ms() >= c.short_turn_ms else c.short_turn_silence_ms
         if looks_unfinished(text):
             return c.continuation_silence_ms
         return c.incomplete_silence_ms
@@ -135,6 +141,7 @@ class TurnEndpointer:
         if now_ms - self._speech_end_ms < need:
             return None
         reason = ("complete" if need == self.config.complete_silence_ms else
+                  "short" if need == self.config.short_turn_silence_ms else
                   "continuation" if need == self.config.continuation_silence_ms else "incomplete")
         decision = EndOfTurn(self.text, self._speech_end_ms, now_ms, reason)
         self.reset()

@@ -473,7 +473,8 @@ class AgentServer:
             endpointer=EndpointerConfig(
                 complete_silence_ms=self.config.endpointing.complete_silence_ms,
                 incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,
-                continuation_silence_ms=self.config.endpointing.continuation_silence_ms))
+                continuation_silence_ms=self.config.endpointing.continuation_silence_ms,
+                short_turn_silence_ms=self.config.endpointing.short_turn_silence_ms))
         routing = self.config.speech.routing
         assert self.selector is not None
         speech = RegionalSpeech(self.reactor, self.selector, self.pool, selection, call_id=cid,

@@ -572,6 +572,11 @@ class CallSession:
         if not isinstance(self._current, Say):
             self.playout.resume()
             return
+        if self._barge is not None:
+            # The same voice, on again after a gap or after the prompt played over it.
+            self._barge.on_voice_again()
+            self._barge_check()
+            return
         self._barge = BargeIn(started_at, self._is_complete, self.settings.barge_in)
         if self._metrics:
             self._metrics.barge_in_decision.observe(max(0.0, self._monotonic() - started_at))

@@ -8,6 +8,7 @@ turn's latency. Cached prompts are trimmed once
 """
 from __future__ import annotations
 
+import array
 import math
 
 from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, rms_dbfs
@@ -16,9 +17,22 @@ from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, rms_dbfs
 _WINDOW_MS = 5
 #: audio kept before the first sound. The sound threshold (25 dB under the
 #: prompt's loudest window) already keeps soft first consonants ("s", "f");
-#: more lead-in is quiet murmur that reaches the caller as silence: on the
-#: wire, a 40 ms lead-in delayed each reply's first voiced packet by 40 ms.
-LEAD_MS = 10
+#: a lead-in is quiet murmur that reaches the caller as silence: on the wire,
+#: a 40 ms lead-in delayed each reply's first voiced packet by 40 ms.
+LEAD_MS = 0
+#: the cut is faded in over this long so that starting mid-waveform does not click
+FADE_IN_MS = 2
+
+
+def fade_in(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, ms: int = FADE_IN_MS) -> bytes:
+    """*pcm* with its first *ms* ramped up linearly from silence."""
+    n = min(len(pcm) // BYTES_PER_SAMPLE, sample_rate_hz * ms // 1000)
+    if n == 0:
+        return pcm
+    head = array.array("h", pcm[:n * BYTES_PER_SAMPLE])
+    for i in range(n):
+        head[i] = int(head[i] * i / n)
+    return head.tobytes() + pcm[n * BYTES_PER_SAMPLE:]
 
 
 def _window_bytes(sample_rate_hz: int) -> int:
@@ -44,7 +58,7 @@ def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: i
     per_ms = sample_rate_hz // 1000 * BYTES_PER_SAMPLE
     start = max(0, voiced[0] * w - lead_ms * per_ms)
     end = min(len(pcm), (voiced[-1] + 1) * w + tail_ms * per_ms)
-    return pcm[start:end]
+    return fade_in(pcm[start:end], sample_rate_hz) if start > 0 else pcm[start:end]
 
 
 class LeadingSilenceGate:
@@ -52,6 +66,7 @@ class LeadingSilenceGate:
 
     def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = LEAD_MS,
                  threshold_dbfs: float = -40.0) -> None:
+        self._rate = sample_rate_hz
         self._w = _window_bytes(sample_rate_hz)
         self._lead = lead_ms * (sample_rate_hz // 1000) * BYTES_PER_SAMPLE
         self._threshold = threshold_dbfs
@@ -70,7 +85,7 @@ class LeadingSilenceGate:
                 start = max(0, i - self._lead)
                 self.dropped_bytes += start
                 self._held = b""
-                return data[start:]
+                return fade_in(data[start:], self._rate) if start > 0 else data[start:]
         keep = len(data) - len(data) % w
         # Hold back only the lead-in that may precede the first sound.
         cut = max(0, keep - self._lead)

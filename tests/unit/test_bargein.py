@@ -1,7 +1,7 @@
 """BargeIn decisions on scripted timelines: times in seconds from the voice's onset."""
 import pytest
 
-from agent.bargein import BargeIn, BargeInConfig, Verdict
+from agent.bargein import BargeIn, BargeInConfig, Verdict, is_acknowledgement
 
 REQUESTS = {"check my balance", "what are your opening hours", "goodbye", "and an agent"}
 
@@ -108,3 +108,31 @@ def test_a_decided_barge_in_refuses_further_decisions():
     b.decide(0.1, last_voiced_at=0.1, speaking=True)
     with pytest.raises(RuntimeError):
         b.decide(0.2, last_voiced_at=0.2, speaking=True)
+
+
+@pytest.mark.parametrize("text,ack", [
+    ("uh-huh", True), ("mm hmm", True), ("okay", True), ("oh okay", True), ("yeah right", True),
+    ("uh", False), ("um", False), ("oh", False), ("", False), ("okay what time", False), ("no", False),
+])
+def test_what_counts_as_an_acknowledgement(text, ack):
+    assert is_acknowledgement(text) is ack
+
+
+def test_a_hesitation_does_not_let_the_prompt_play_on():
+    """ "um" at the start of a voice is as likely the start of a question: the prompt stays paused."""
+    b = barge()
+    b.on_words("um")
+    assert b.decide(0.15, last_voiced_at=0.15, speaking=True).verdict is Verdict.WAIT
+
+
+def test_a_voice_that_goes_on_after_an_acknowledgement_is_judged_from_its_first_onset():
+    """ "oh okay" (prompt plays on), a gap, then the voice comes back with a request: the voice
+    has lasted 900 ms since it began, so the request interrupts."""
+    b = barge()
+    b.on_words("oh okay")
+    assert b.decide(0.2, last_voiced_at=0.2, speaking=True).verdict is Verdict.TALK_OVER
+    b.on_voice_again()
+    assert not b.talking_over
+    b.on_words("oh okay what are your opening hours")
+    d = b.decide(0.9, last_voiced_at=0.9, speaking=True)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "request"

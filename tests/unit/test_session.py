@@ -514,7 +514,7 @@ def test_reply_is_prepared_while_the_silence_is_confirmed():
     prepared.on_audio(b"\x02" * FRAME * 3)
     prepared.on_done()
     syntheses_before = len(h.speech.syntheses)
-    h.tick(10, caller=tone_frame())
+    h.tick(35, caller=tone_frame())  # 450 ms of speech: not a short turn
     h.tick(10)
     assert h.session.dialogue is spec[1]
     assert len(h.speech.syntheses) == syntheses_before, "the prepared audio was played, not synthesised again"
