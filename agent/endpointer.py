@@ -77,9 +77,14 @@ class EndOfTurn:
 class TurnEndpointer:
     """One caller turn at a time: speech start/end, transcripts in; :class:`EndOfTurn` out."""
 
-    def __init__(self, is_complete: Callable[[str], bool], config: EndpointerConfig | None = None) -> None:
+    def __init__(self, is_complete: Callable[[str], bool], config: EndpointerConfig | None = None,
+                 last_voiced_ms: Callable[[], float] | None = None) -> None:
+        """*last_voiced_ms*, when given, says when the caller's latest voiced frame ended: silence
+        is counted from it, so a voice that comes back after the VAD reported the end (the last
+        sound of "balance" after a dip) is not talked over before the VAD reports it again."""
         self.config = config or EndpointerConfig()
         self._is_complete = is_complete
+        self._last_voiced_ms = last_voiced_ms
         self.reset()
 
     def reset(self) -> None:
@@ -133,6 +138,8 @@ class TurnEndpointer:
         """Check the silence so far; call whenever time has passed."""
         if self._speech_start_ms is None or self._speaking or self._speech_end_ms is None:
             return None
+        if self._last_voiced_ms is not None:
+            self._speech_end_ms = max(self._speech_end_ms, self._last_voiced_ms())
         if not self.text:
             # Nothing recognised (yet): only a long silence ends a turn of noise.
             if now_ms - self._speech_end_ms < self.config.incomplete_silence_ms:

@@ -261,7 +261,8 @@ class CallSession:
         self._listen: Listen | None = None
         self._no_input_timer: IDelayedCall | None = None
         self._caller_speaking = False
-        self.endpointer = TurnEndpointer(self._is_complete, self.settings.endpointer)
+        self.endpointer = TurnEndpointer(self._is_complete, self.settings.endpointer,
+                                         last_voiced_ms=lambda: self.media.last_voiced_at * 1000.0)
         self.transcripts = TranscriptAssembler()
         self._endpoint_timer: IDelayedCall | None = None
         self._decided_at: float | None = None

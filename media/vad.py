@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from media.frames import SAMPLE_RATE_HZ, BYTES_PER_SAMPLE, rms_dbfs
+
+
+_BLOCK_MS = 100
+_DIGITAL_SILENCE_DBFS = -90.0
 
 
 class VadEventType(enum.Enum):
@@ -36,8 +41,11 @@ class VadConfig:
     threshold_db: float = 12.0
     #: ... and above this absolute level
     min_level_dbfs: float = -45.0
-    #: initial noise floor estimate
+    #: noise floor estimate before the first frame
     floor_dbfs: float = -60.0
+    #: the noise floor is the quietest 10 ms within this long (minimum statistics): speech
+    #: dips between syllables and words keep it down, a hum that never stops becomes it
+    floor_window_ms: int = 2000
 
 
 class EnergyVad:
@@ -48,6 +56,12 @@ class EnergyVad:
         self._rate = sample_rate_hz
         self._t_ms = 0.0
         self._floor = self.config.floor_dbfs
+        self._block_min = math.inf     # quietest level of the current 100 ms block
+        self._block_ms = 0.0
+        n = max(1, self.config.floor_window_ms // _BLOCK_MS)
+        # Starts as if floor_dbfs had been heard for a whole window: a sound present from the
+        # first frame becomes the floor only once it has lasted the window without a dip.
+        self._blocks: deque[float] = deque([self.config.floor_dbfs] * n, maxlen=n)
         self.speaking = False
         self._voiced_run_ms = 0.0
         self._run_started_ms = 0.0
@@ -94,17 +108,19 @@ class EnergyVad:
                 self.speaking = False
                 self._voiced_run_ms = 0.0
                 events.append(VadEvent(VadEventType.SPEECH_END, self._last_voiced_end_ms))
-        self._track_floor(level, voiced, frame_ms)
+        self._track_floor(level, frame_ms)
         return events
 
-    def _track_floor(self, level: float, voiced: bool, frame_ms: float) -> None:
-        if math.isinf(level):
-            return
-        # Fall fast, rise slowly, and slower still under speech: the floor
-        # follows steady background noise (a hum that never stops is noise
-        # after a few seconds), not the caller's voice.
-        if level < self._floor:
-            rate = 0.2
-        else:
-            rate = 0.0025 if voiced else 0.01
-        self._floor += (level - self._floor) * min(1.0, rate * frame_ms / 10.0)
+    def _track_floor(self, level: float, frame_ms: float) -> None:
+        # Minimum statistics over the last floor_window_ms, in 100 ms blocks. Earlier this
+        # was a slowly rising average, which rose under speech: after two seconds of talking
+        # it had climbed 10 dB, and the quiet end of a word ("balance") counted as silence.
+        # Digital silence (all-zero samples, as trunks send between words) is very quiet,
+        # not "no information".
+        level = max(level, _DIGITAL_SILENCE_DBFS)
+        self._block_min = min(self._block_min, level)
+        self._block_ms += frame_ms
+        if self._block_ms >= _BLOCK_MS:
+            self._blocks.append(self._block_min)
+            self._block_min, self._block_ms = math.inf, 0.0
+        self._floor = min(self._block_min, min(self._blocks, default=math.inf))

@@ -89,6 +89,22 @@ def test_a_one_word_request_waits_the_short_turn_silence():
     assert d is not None and d.reason == "short" and d.decided_ms - d.speech_end_ms == 250
 
 
+def test_silence_counts_from_the_latest_voiced_frame():
+    """The VAD reported the end of "check my balance" at a dip, but the last sound of "balance"
+    came after it: the 60 ms are counted from that sound, not from the reported end."""
+    last_voiced = [1800.0]
+    ep = TurnEndpointer(lambda text: text in COMPLETE, EndpointerConfig(complete_silence_ms=60),
+                        last_voiced_ms=lambda: last_voiced[0])
+    ep.on_speech_start(1000)
+    ep.on_transcript("check my balance", 1700)
+    assert ep.on_speech_end(1800, 1840) is None
+    last_voiced[0] = 1850.0  # voice again, too short for the VAD to report a new start
+    assert ep.poll(1860) is None
+    assert ep.next_deadline_ms() == 1910
+    d = ep.poll(1910)
+    assert d is not None and d.speech_end_ms == 1850 and d.reason == "complete"
+
+
 def test_noise_without_words_ends_only_after_the_long_silence():
     """Speech the recogniser found no words in ends with an empty turn after 800 ms."""
     ep = make()

@@ -59,3 +59,25 @@ def test_steady_background_noise_is_not_speech():
     vad2 = EnergyVad(VadConfig(start_ms=100, end_ms=300, floor_dbfs=-30))
     assert feed(vad2, [tone(1000)] * 200) == []
     assert [e.type for e in feed(vad2, [tone(12000)] * 20)] == [VadEventType.SPEECH_START]
+
+
+def test_the_floor_does_not_climb_under_speech():
+    """Two seconds of syllables (loud, with digital silence between them, as a trunk sends) do not
+    raise the floor: the quiet end of the last word (-42 dBFS) is still voice, and the end is
+    stamped after it."""
+    vad = EnergyVad(VadConfig(start_ms=50, end_ms=40))
+    syllables = ([tone(8000)] * 15 + [tone(0)] * 3) * 11 + [tone(8000)] * 15  # 2.13 s
+    feed(vad, [tone(0)] * 10 + syllables)
+    tail = [tone(350)] * 8  # -42 dBFS
+    events = feed(vad, tail + [tone(0)] * 5)
+    assert [e.type for e in events] == [VadEventType.SPEECH_END]
+    assert events[0].at_ms == (10 + len(syllables) + len(tail)) * FRAME_MS
+
+
+def test_digital_silence_counts_as_a_quiet_floor():
+    """All-zero frames (a trunk's silence) bring a learnt hum floor back down at once."""
+    vad = EnergyVad(VadConfig(start_ms=100, end_ms=300))
+    feed(vad, [tone(1000)] * 300)  # a -33 dBFS hum, learnt as the floor
+    assert not vad.is_voiced(-30.0)
+    feed(vad, [tone(0)] * 2)
+    assert vad.is_voiced(-30.0)
