@@ -66,7 +66,7 @@ class BargeInConfig:
     #: how long the final words are waited for after the voice ended
     final_wait_ms: int = 600
     #: quiet after a voice without words (or with an acknowledgement) before it counts as over
-    resume_after_ms: int = 80
+    resume_after_ms: int = 40
     #: quiet after a voice with other words before it counts as over: a caller pauses inside
     #: a sentence ("what are your ... opening hours") for longer than between the syllables
     #: of an acknowledgement

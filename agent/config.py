@@ -92,7 +92,7 @@ class SpeechSettings:
 @dataclass(frozen=True)
 class EndpointingSettings:
     #: silence that ends a turn whose words already complete a request of the dialogue
-    complete_silence_ms: int = 60
+    complete_silence_ms: int = 40
     #: silence that ends any other turn
     incomplete_silence_ms: int = 800
     #: silence that ends a turn ending like an unfinished phrase ("I would like to")

@@ -97,9 +97,9 @@ def test_the_final_words_are_not_waited_for_forever():
 
 def test_a_voice_without_words_ends_after_the_short_resume_quiet():
     b = barge()
-    d = b.decide(0.25, last_voiced_at=0.2, speaking=False)
+    d = b.decide(0.23, last_voiced_at=0.2, speaking=False)
     assert d.verdict is Verdict.WAIT
-    assert b.decide(0.29, last_voiced_at=0.2, speaking=False).verdict is Verdict.RESUME
+    assert b.decide(0.245, last_voiced_at=0.2, speaking=False).verdict is Verdict.RESUME
 
 
 def test_a_decided_barge_in_refuses_further_decisions():
