@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from media.latency import (
-    AGENT_GAP_MS, CALLER_GAP_MS, VOICED_DBFS, CallTimeline, analyse, g711_times, percentile, sip_calls,
+    AGENT_GAP_MS, CALLER_GAP_MS, VOICED_DBFS, CallTimeline, analyse, g711_times, percentile, rtp_pacing, sip_calls,
     voiced_times,
 )
 from media.pcap import RtpStream, UdpPacket, parse_rtp, read_udp
@@ -68,6 +68,7 @@ def call_timelines(packets: list[UdpPacket], *, voiced_dbfs: float = VOICED_DBFS
         tl = analyse(call.call_id, voiced_times(from_caller, voiced_dbfs), voiced_times(to_caller, voiced_dbfs),
                      caller_gap_ms=caller_gap_ms, agent_gap_ms=agent_gap_ms)
         tl.caller_packets = g711_times(from_caller)
+        tl.agent_packets = [(p.at_s, p.sequence, p.timestamp) for p in to_caller.packets]
         tl.started_s = call.started_s
         out.append(tl)
     return out
@@ -100,6 +101,13 @@ def summary(tls: list[CallTimeline]) -> dict[str, Any]:
     for name, values in (("turn_latency_ms", turns), ("barge_in_latency_ms", barge)):
         if values:
             out[name] = stats(values)
+    pacing = [p for p in (rtp_pacing(t.agent_packets, t.agent) for t in tls) if p is not None]
+    deviations = [d for p in pacing for d in p.deviations_ms]
+    if deviations:
+        out["agent_rtp_pacing"] = {"jitter_ms": {k: round(v, 2) if isinstance(v, float) else v
+                                                 for k, v in stats(deviations).items()},
+                                   "gaps": sum(p.gaps for p in pacing),
+                                   "gaps_in_speech": sum(p.gaps_in_speech for p in pacing)}
     return out
 
 
@@ -118,7 +126,15 @@ def format_report(tls: list[CallTimeline]) -> str:
             v = s[name]
             lines.append(f"{name.replace('_ms', '').replace('_', ' ')}: p50 {v['p50']:.0f} ms, p95 {v['p95']:.0f} ms, "
                          f"p99 {v['p99']:.0f} ms (min {v['min']:.0f}, max {v['max']:.0f})")
+    if "agent_rtp_pacing" in s:
+        lines.append(format_pacing(s["agent_rtp_pacing"]))
     return "\n".join(lines)
+
+
+def format_pacing(p: dict[str, Any]) -> str:
+    j = p["jitter_ms"]
+    return (f"agent RTP pacing: |interval - ptime| p50 {j['p50']:.2f} ms, p99 {j['p99']:.2f} ms, max {j['max']:.2f} ms "
+            f"over {j['n']} intervals; {p['gaps']} gap(s), {p['gaps_in_speech']} inside a prompt")
 
 
 def draw_png(tls: list[CallTimeline], path: str, *, turns: list[float] | None = None,

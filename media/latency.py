@@ -76,6 +76,7 @@ class CallTimeline:
     caller_packets: list[float] = field(default_factory=list)   # arrival times of every caller G.711 packet
     caller_voiced: list[float] = field(default_factory=list)    # ... of the voiced ones
     agent_voiced: list[float] = field(default_factory=list)     # agent's voiced packet times
+    agent_packets: list[tuple[float, int, int]] = field(default_factory=list)  # every agent packet: (time, seq, ts)
     started_s: float | None = None                              # capture time of the call's INVITE
 
 
@@ -224,6 +225,43 @@ def analyse(call_id: str, caller_times: list[float], agent_times: list[float], *
             tl.events.append(TurnEvent("turn", c.end_s, (reply.start_s - c.end_s) * 1000.0))
     tl.events.sort(key=lambda e: e.at_s)
     return tl
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How evenly a sender's RTP packets left: each interval against the nominal packet time."""
+    ptime_ms: float
+    intervals: int
+    #: |interval - ptime| of every interval, ms
+    deviations_ms: tuple[float, ...]
+    #: packets missing by sequence number, or intervals of two packet times or more
+    gaps: int
+    #: ... of those, the ones inside a talk spurt (a prompt being played)
+    gaps_in_speech: int
+
+
+def rtp_pacing(packets: Sequence[tuple[float, int, int]], spurts_: Sequence[Spurt] = (),
+               clock_rate_hz: int = 8000) -> Pacing | None:
+    """Pacing of one RTP stream from ``(arrival_s, sequence, timestamp)`` per packet, in the
+    order sent. The nominal packet time is the commonest RTP timestamp step."""
+    if len(packets) < 3:
+        return None
+    steps = [(b[2] - a[2]) % (1 << 32) for a, b in zip(packets, packets[1:])]
+    step = max(set(steps), key=steps.count)
+    ptime_ms = step * 1000.0 / clock_rate_hz
+    if ptime_ms <= 0:
+        return None
+    devs, gaps, in_speech = [], 0, 0
+    for a, b in zip(packets, packets[1:]):
+        interval_ms = (b[0] - a[0]) * 1000.0
+        missing = (b[1] - a[1]) % 65536 != 1
+        if missing or interval_ms >= 2 * ptime_ms:
+            gaps += 1
+            if any(s.start_s <= a[0] and b[0] <= s.end_s for s in spurts_):
+                in_speech += 1
+        if not missing:
+            devs.append(abs(interval_ms - ptime_ms))
+    return Pacing(ptime_ms, len(devs), tuple(devs), gaps, in_speech)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -14,7 +14,8 @@ import pytest
 
 from agent.latency_report import call_timelines, format_report, read_capture, summary
 from media.latency import (
-    AGENT_GAP_MS, PlayedItem, ScoreParams, analyse, packet_runs, percentile, score_items, sip_calls, spurts,
+    AGENT_GAP_MS, PlayedItem, ScoreParams, Spurt, analyse, packet_runs, percentile, rtp_pacing, score_items,
+    sip_calls, spurts,
     voiced_intervals_ms, wav_data, write_ulaw_wav,
 )
 from media.pcap import UdpPacket
@@ -317,3 +318,22 @@ def test_call_timelines_from_a_pcap_file(tmp_path):
     tls = call_timelines(read_capture(str(path)))
     assert len(tls) == 1 and [e.kind for e in tls[0].events] == ["turn"]
     assert tls[0].events[0].latency_ms == pytest.approx(200.0, abs=0.01)
+
+
+def test_rtp_pacing_measures_each_interval_against_the_packet_time():
+    """20 ms packets (160 timestamp units) sent 20, 21, 19, 23 ms apart: deviations 0, 1, 1, 3 ms."""
+    t, out = 0.0, [(0.0, 100, 0)]
+    for i, gap in enumerate((20, 21, 19, 23), start=1):
+        t += gap / 1000.0
+        out.append((t, 100 + i, 160 * i))
+    p = rtp_pacing(out)
+    assert p is not None and p.ptime_ms == 20.0 and p.gaps == 0
+    assert [round(d, 3) for d in p.deviations_ms] == [0.0, 1.0, 1.0, 3.0]
+
+
+def test_rtp_pacing_counts_gaps_and_those_inside_a_prompt():
+    """A lost packet (sequence jump) inside a talk spurt and a 60 ms hole outside it."""
+    pk = [(0.00, 1, 0), (0.02, 2, 160), (0.06, 4, 480), (0.08, 5, 640), (0.14, 6, 800), (0.16, 7, 960)]
+    p = rtp_pacing(pk, [Spurt(0.0, 0.09)])
+    assert p is not None and p.gaps == 2 and p.gaps_in_speech == 1
+    assert rtp_pacing(pk[:2]) is None
