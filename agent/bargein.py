@@ -67,6 +67,9 @@ class BargeInConfig:
     final_wait_ms: int = 600
     #: quiet after a voice without words (or with an acknowledgement) before it counts as over
     resume_after_ms: int = 40
+    #: an acknowledgement lets the prompt play on once the recogniser has held it this long
+    #: (a first guess at "check" can be "yeah" for a moment)
+    ack_stable_ms: int = 60
     #: quiet after a voice with other words before it counts as over: a caller pauses inside
     #: a sentence ("what are your ... opening hours") for longer than between the syllables
     #: of an acknowledgement
@@ -75,6 +78,7 @@ class BargeInConfig:
 
 class Verdict(enum.Enum):
     WAIT = "wait"              # undecided: the prompt stays as it is; check again after check_in_s
+    PAUSE = "pause"            # played on over what seemed an acknowledgement, which has become more: pause again
     INTERRUPT = "interrupt"    # the caller takes the turn: flush the prompt and listen
     TALK_OVER = "talk_over"    # an acknowledgement still being said: play the prompt on, keep watching
     RESUME = "resume"          # the voice is over and did not interrupt: play the prompt on; done
@@ -101,6 +105,7 @@ class BargeIn:
         self.config = config or BargeInConfig()
         self._is_request = is_request
         self.text = ""
+        self._text_since = started_at
         self.final = False
         #: the prompt plays again over an acknowledgement that is still being said
         self.talking_over = False
@@ -111,9 +116,11 @@ class BargeIn:
         the acknowledgement is turning into something longer."""
         self.talking_over = False
 
-    def on_words(self, text: str, final: bool = False) -> None:
-        """The recogniser's words for this voice so far (interim or final)."""
-        self.text = text
+    def on_words(self, text: str, final: bool = False, at: float | None = None) -> None:
+        """The recogniser's words for this voice so far (interim or final), heard at *at*."""
+        if text != self.text:
+            self.text = text
+            self._text_since = at if at is not None else self.started_at
         self.final = self.final or final
 
     def spoke_ms(self, last_voiced_at: float) -> float:
@@ -139,7 +146,16 @@ class BargeIn:
         if still:
             if spoke_ms >= c.interruption_min_ms:
                 return self._final(Verdict.INTERRUPT, "long enough")
-            if is_acknowledgement(self.text) and not self.talking_over:
+            acknowledgement = is_acknowledgement(self.text)
+            if self.talking_over and not acknowledgement and spoke_ms > c.acknowledgement_max_ms:
+                # Longer than an acknowledgement, and other words: maybe an interruption after all.
+                self.talking_over = False
+                return Decision(Verdict.PAUSE, "longer than an acknowledgement",
+                                check_in_s=max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))
+            if acknowledgement and not self.talking_over:
+                held_ms = (now - self._text_since) * 1000.0
+                if held_ms < c.ack_stable_ms:
+                    return self._wait((c.ack_stable_ms - held_ms) / 1000.0 + 0.001)
                 self.talking_over = True
                 return Decision(Verdict.TALK_OVER, "acknowledgement",
                                 check_in_s=max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))

@@ -494,6 +494,7 @@ class AgentServer:
         session.flow = admitted.flow  # type: ignore[attr-defined]
         session.dialplan_digest = getattr(admitted.dialplan, "digest", "")  # type: ignore[attr-defined]
         session.codec = ""  # type: ignore[attr-defined]
+        session.sip_call = call  # type: ignore[attr-defined]
         self.sessions[cid] = session
         self.metrics.active_calls.inc()
         self.metrics.calls.labels("answered").inc()
@@ -546,6 +547,9 @@ class AgentServer:
             "media_deadline_misses": session.media.deadline_misses,
             "playout_underruns": session.playout.underruns,
         })
+        call = getattr(session, "sip_call", None)
+        if call is not None:
+            record["rtp"] = call.rtp_stats()
         self.metrics.playout_underruns.inc(session.playout.underruns)
         if self.worker_id is not None:
             record["worker"] = self.worker_id

@@ -394,7 +394,7 @@ class CallSession:
             return
         turn_text = self.transcripts.on_interim(text)
         if self._barge is not None:
-            self._barge.on_words(turn_text)
+            self._barge.on_words(turn_text, at=self._monotonic())
             self._barge_check()
             if self._barge is not None:
                 return
@@ -420,7 +420,7 @@ class CallSession:
             log.info("call {call_id} cut-in: caller added {extra!r} after the turn was taken",
                      extra=" ".join(extra), **self.log_fields)
         if self._barge is not None:
-            self._barge.on_words(turn_text, final=True)
+            self._barge.on_words(turn_text, final=True, at=self._monotonic())
             self._barge_check()
             if self._barge is not None:
                 return
@@ -616,6 +616,10 @@ class CallSession:
                      "{how}", ms=spoke_ms, text=barge.text, how="played on" if barge.talking_over else "resumed",
                      **self.log_fields)
             return
+        if decision.verdict is Verdict.PAUSE:
+            self.playout.pause()
+            log.info("call {call_id} caller's voice ({text!r}) goes on: prompt paused again",
+                     text=barge.text, **self.log_fields)
         if decision.verdict is Verdict.TALK_OVER and self.playout.paused:
             self.playout.resume()
             log.info("call {call_id} caller's {text!r} is an acknowledgement: prompt plays on",

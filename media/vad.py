@@ -41,6 +41,9 @@ class VadConfig:
     threshold_db: float = 12.0
     #: ... and above this absolute level
     min_level_dbfs: float = -45.0
+    #: once speech has started, a frame is voiced only within this many dB of the loudest
+    #: frame so far: the fading end of the last word 30 dB under the voice is not more speech
+    release_db: float = 30.0
     #: noise floor estimate before the first frame
     floor_dbfs: float = -60.0
     #: the noise floor is the quietest 10 ms within this long (minimum statistics): speech
@@ -63,6 +66,7 @@ class EnergyVad:
         # first frame becomes the floor only once it has lasted the window without a dip.
         self._blocks: deque[float] = deque([self.config.floor_dbfs] * n, maxlen=n)
         self.speaking = False
+        self._peak = -math.inf  # loudest frame of the current voiced run or speech
         self._voiced_run_ms = 0.0
         self._run_started_ms = 0.0
         self._silence_run_ms = 0.0
@@ -79,6 +83,8 @@ class EnergyVad:
         return self._last_voiced_end_ms
 
     def is_voiced(self, level_dbfs: float) -> bool:
+        if self.speaking and level_dbfs < self._peak - self.config.release_db:
+            return False
         return level_dbfs > self.config.min_level_dbfs and level_dbfs > self._floor + self.config.threshold_db
 
     def feed(self, pcm: bytes) -> list[VadEvent]:
@@ -93,6 +99,9 @@ class EnergyVad:
         if voiced:
             if self._voiced_run_ms == 0.0:
                 self._run_started_ms = start_ms
+                if not self.speaking:
+                    self._peak = -math.inf
+            self._peak = max(self._peak, level)
             self._voiced_run_ms += frame_ms
             self._silence_run_ms = 0.0
             self._last_voiced_end_ms = self._t_ms

@@ -206,6 +206,7 @@ class SipCall:
         self._sink: FrameSink | None = None
         self._source: FrameSource | None = None
         self.disconnected = False
+        self._final_stats: dict[str, int] = {}
         self.confirmed = False
         self.sip_call_id = request.call_id if request else ""
         self.codec = ""
@@ -297,15 +298,25 @@ class SipCall:
             log.warn("DTMF failed: {err}", err=e.info(), call_id=self.sip_call_id)
 
     def rtp_stats(self) -> dict[str, int]:
-        """Packet counters of the call's audio stream (empty when there is none)."""
+        """Counters of the call's audio stream: packets, losses and what the jitter buffer held
+        (empty when there is no stream). Once the call has ended: the last ones read."""
         if self._pj is None or self.disconnected or self._media is None:
-            return {}
+            return dict(self._final_stats)
         try:
             st = self._pj.getStreamStat(0)
+            jb = st.jbuf
             return {"rx_packets": st.rtcp.rxStat.pkt, "tx_packets": st.rtcp.txStat.pkt,
-                    "rx_lost": st.rtcp.rxStat.loss}
+                    "rx_lost": st.rtcp.rxStat.loss, "jb_avg_delay_ms": jb.avgDelayMsec,
+                    "jb_max_delay_ms": jb.maxDelayMsec, "jb_discarded": jb.discard, "jb_empty": jb.empty}
         except pj.Error:
             return {}
+
+    def keep_stats(self) -> None:
+        """Read the stream's counters now, so that they outlive the stream (pjsua frees it
+        before telling of the call's end)."""
+        stats = self.rtp_stats()
+        if stats:
+            self._final_stats = stats
 
     # -- pjsua2 callbacks (reactor thread) --------------------------------
     def _on_state(self) -> None:
@@ -322,6 +333,7 @@ class SipCall:
             self.confirmed = True
             _safe(self.callbacks.on_confirmed)
         elif ci.state == pj.PJSIP_INV_STATE_DISCONNECTED and not self.disconnected:
+            self.keep_stats()
             self.disconnected = True
             self._release_media()
             _safe(self.callbacks.on_disconnected, ci.lastStatusCode, ci.lastReason)
@@ -413,6 +425,7 @@ class SipStack:
         self._ports: list[_MediaPort] = []
         self._all_calls: weakref.WeakSet[SipCall] = weakref.WeakSet()
         self._poller: LoopingCall | None = None
+        self._stats_poller: LoopingCall | None = None
         self._gate: _AdmissionGate | None = None
         self.bound_port = 0
 
@@ -460,6 +473,9 @@ class SipStack:
         self._poller = LoopingCall(self._poll)
         self._poller.clock = self._reactor
         self._poller.start(self.config.poll_interval_s, now=True)
+        self._stats_poller = LoopingCall(self._keep_stats)
+        self._stats_poller.clock = self._reactor
+        self._stats_poller.start(1.0, now=False)
 
     def _set_codecs(self, ep: pj.Endpoint) -> None:
         wanted = [CODEC_IDS[c] for c in self.config.codecs if c in CODEC_IDS]
@@ -499,6 +515,8 @@ class SipStack:
             return
         if self._poller is not None and self._poller.running:
             self._poller.stop()
+        if self._stats_poller is not None and self._stats_poller.running:
+            self._stats_poller.stop()
         try:
             self._ep.hangupAllCalls()
             for _ in range(50):
@@ -570,6 +588,11 @@ class SipStack:
             log.warn("libHandleEvents: {err}", err=e.info())
         if self._graveyard:
             self._graveyard.clear()
+
+    def _keep_stats(self) -> None:
+        for call in self.calls:
+            if call.confirmed and not call.disconnected:
+                call.keep_stats()
 
     def _on_incoming(self, acc: _Account, prm: pj.OnIncomingCallParam) -> None:
         try:

@@ -136,3 +136,26 @@ def test_a_voice_that_goes_on_after_an_acknowledgement_is_judged_from_its_first_
     b.on_words("oh okay what are your opening hours")
     d = b.decide(0.9, last_voiced_at=0.9, speaking=True)
     assert d.verdict is Verdict.INTERRUPT and d.why == "request"
+
+
+def test_an_acknowledgement_must_hold_before_the_prompt_plays_on():
+    """A first guess of "yeah" that becomes "check" 40 ms later never lets the prompt play."""
+    b = barge()
+    b.on_words("yeah", at=0.2)
+    d = b.decide(0.2, last_voiced_at=0.2, speaking=True)
+    assert d.verdict is Verdict.WAIT and d.check_in_s == pytest.approx(0.061)
+    b.on_words("check", at=0.24)
+    assert b.decide(0.27, last_voiced_at=0.27, speaking=True).verdict is Verdict.WAIT
+    assert not b.talking_over
+
+
+def test_played_over_voice_that_outlasts_an_acknowledgement_pauses_the_prompt_again():
+    """ "yeah" (prompt plays on), then words that are not an acknowledgement past 700 ms: pause."""
+    b = barge()
+    b.on_words("yeah", at=0.2)
+    assert b.decide(0.3, last_voiced_at=0.3, speaking=True).verdict is Verdict.TALK_OVER
+    b.on_words("yeah the much", at=0.5)
+    assert b.decide(0.6, last_voiced_at=0.6, speaking=True).verdict is Verdict.TALK_OVER
+    d = b.decide(0.75, last_voiced_at=0.75, speaking=True)
+    assert d.verdict is Verdict.PAUSE and not b.talking_over
+    assert b.decide(1.2, last_voiced_at=1.2, speaking=True).verdict is Verdict.INTERRUPT

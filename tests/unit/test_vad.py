@@ -81,3 +81,16 @@ def test_digital_silence_counts_as_a_quiet_floor():
     assert not vad.is_voiced(-30.0)
     feed(vad, [tone(0)] * 2)
     assert vad.is_voiced(-30.0)
+
+
+def test_the_fading_end_of_loud_speech_is_not_more_speech():
+    """After speech at -10 dBFS, a -42 dBFS tail is 32 dB under it: the end is stamped before
+    the tail (release_db=30), while the same tail after -15 dBFS speech still counts."""
+    loud = EnergyVad(VadConfig(start_ms=50, end_ms=40))
+    feed(loud, [tone(0)] * 5 + [tone(14000)] * 30)
+    events = feed(loud, [tone(350)] * 8 + [tone(0)] * 5)
+    assert [e.type for e in events] == [VadEventType.SPEECH_END] and events[0].at_ms == 350.0
+    softer = EnergyVad(VadConfig(start_ms=50, end_ms=40))
+    feed(softer, [tone(0)] * 5 + [tone(8000)] * 30)
+    events = feed(softer, [tone(350)] * 8 + [tone(0)] * 5)
+    assert events[0].at_ms == 430.0
