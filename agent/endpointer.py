@@ -72,6 +72,8 @@ class EndOfTurn:
     #: when the decision was made (``speech_end_ms`` + the silence waited)
     decided_ms: float
     reason: str  # "complete", "short", "incomplete", "continuation"
+    #: from the turn's first voice to its last
+    speech_ms: float = 0.0
 
 
 class TurnEndpointer:
@@ -150,7 +152,7 @@ class TurnEndpointer:
         reason = ("complete" if need == self.config.complete_silence_ms else
                   "short" if need == self.config.short_turn_silence_ms else
                   "continuation" if need == self.config.continuation_silence_ms else "incomplete")
-        decision = EndOfTurn(self.text, self._speech_end_ms, now_ms, reason)
+        decision = EndOfTurn(self.text, self._speech_end_ms, now_ms, reason, self._speech_ms())
         self.reset()
         return decision
 

@@ -449,9 +449,9 @@ class CallSession:
             if self._listening and self._listen is not None and not self._caller_speaking:
                 self._start_no_input(self._listen.no_input_timeout_ms)
             return
-        log.info("call {call_id} end of turn ({reason}, {silence:.0f} ms silence): {text!r}",
-                 reason=decision.reason, silence=decision.decided_ms - decision.speech_end_ms,
-                 text=decision.text, **self.log_fields)
+        log.info("call {call_id} end of turn ({reason}, {speech:.0f} ms of speech, {silence:.0f} ms silence): "
+                 "{text!r}", reason=decision.reason, silence=decision.decided_ms - decision.speech_end_ms,
+                 speech=decision.speech_ms, text=decision.text, **self.log_fields)
         self._decided_at = decision.decided_ms / 1000.0
         spec, self._speculation = self._speculation, None
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_ms / 1000.0)

@@ -1,0 +1,73 @@
+"""Barge-in over real SIP/RTP: what stops the agent and what does not.
+
+One SIPp call plays, over the agent's greeting and menu, an "uh-huh", a 100 ms
+noise burst and then a real interruption ("check my balance"), at known times
+(the bench's scenario template and corpus). The capture is read back with the
+bench's scoring, and the server's call record is checked too. Bounds are
+generous: the test is about behaviour, the bench measures the figures.
+"""
+from __future__ import annotations
+
+import pytest
+
+from agent.latency_report import timelines
+from media.latency import ScoreParams, score_items
+from tests.integration.conftest import AgentProcess, Capture, free_port, run_sipp
+from tests.integration.test_latency_report import load_bench
+
+pytestmark = pytest.mark.integration
+
+SCHEDULE = (
+    (3500, "backchannel-uh-huh-rms"),
+    (6000, "noise-white-100ms"),
+    (8500, "interruption-check-my-balance-awb"),
+)
+
+
+def test_uh_huh_and_a_noise_burst_do_not_stop_the_prompt_an_interruption_does(agent: AgentProcess,
+                                                                             tmp_path) -> None:
+    bench = load_bench()
+    corpus = {cf.name: cf for files in bench.load_corpus().values() for cf in files}
+    steps = [bench.Step(at, corpus[name]) for at, name in SCHEDULE]
+    bench.write_media(steps, str(tmp_path))
+    scenario = tmp_path / "barge-in.xml"
+    scenario.write_text(bench.scenario_xml(steps, str(tmp_path), tail_ms=8000), encoding="iso-8859-1")
+    media_port = free_port()
+    before = len(agent.records())
+    cap = Capture(str(tmp_path / "call.pcap"), f"udp port {agent.sip_port} or udp port {media_port}")
+    try:
+        result = run_sipp(str(scenario), f"127.0.0.1:{agent.sip_port}", "-s", "1000", "-m", "1", "-l", "1",
+                          "-mp", str(media_port), timeout_s=90)
+    finally:
+        pcap = cap.stop()
+    assert result.returncode == 0, result.stdout.decode()[-2000:] + result.stderr.decode()[-2000:]
+
+    tls = timelines(pcap)
+    assert len(tls) == 1
+    tl = tls[0]
+    items, missing, _errors = bench.locate_items(tl.caller_packets, tl.caller_voiced, steps)
+    assert not missing and len(items) == 3
+    outcomes = {o.item.name: o for o in score_items(items, tl.agent_voiced, ScoreParams())}
+
+    uh_huh = outcomes["backchannel-uh-huh-rms"]
+    noise = outcomes["noise-white-100ms"]
+    interruption = outcomes["interruption-check-my-balance-awb"]
+    # Each item landed while the agent talked; the first two did not make it stop (a silence of
+    # AGENT_GAP_MS or more), the interruption did, soon, and was answered.
+    assert uh_huh.outcome == "kept_talking", uh_huh
+    assert noise.outcome == "kept_talking", noise
+    assert interruption.outcome == "barge_in", interruption
+    assert interruption.latency_ms is not None and interruption.latency_ms < 400, interruption
+    assert interruption.reply_ms is not None and interruption.reply_ms < 1000, interruption
+
+    agent.wait_for(lambda: len(agent.records()) > before, what="the call record")
+    record = agent.records()[-1]
+    assert record["barge_ins"] == 1, record
+    heard = [t["caller"] for t in record["turns"] if t.get("caller")]
+    assert any("balance" in text for text in heard), heard
+    spoken = [p["text"] for t in record["turns"] for p in t["agent"]]
+    assert any(text.startswith("Your account balance") for text in spoken), spoken
+    # the menu was said once, interrupted once: "uh-huh" and the noise left it playing
+    menus = [p for t in record["turns"] for p in t["agent"] if p["text"].startswith("How can I help you")]
+    assert len(menus) == 1 and menus[0]["interrupted"], menus
+    assert record["rtp"]["rx_packets"] > 0 and record["rtp"]["tx_packets"] > 0, record["rtp"]
