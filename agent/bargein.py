@@ -23,9 +23,12 @@ plays on:
   voice is still watched and can still turn into an interruption;
 * a voice that ends with none of that resumes the prompt where it paused.
   It has ended after ``resume_after_ms`` of quiet when it had no words or an
-  acknowledgement's, after ``pause_ms`` when it had others (people pause inside
-  a sentence); a voice longer than ``wait_final_after_ms`` first waits for the
-  recogniser's final words.
+  acknowledgement's, after ``word_gap_ms`` when it had other words (the stop
+  before a consonant), after ``pause_ms`` when they were a request (people pause
+  inside a sentence); a voice longer than ``wait_final_after_ms`` first waits for
+  the recogniser's final words. If the voice comes back within ``rejoin_ms`` of
+  the prompt resuming, the session revives the same barge-in
+  (:meth:`BargeIn.revive`), so an interruption with a pause in it is judged whole.
 
 The class is pure: it is fed timestamps and words and answers with a
 :class:`Decision`; the session owns the timers and the playout.
@@ -74,6 +77,10 @@ class BargeInConfig:
     #: a sentence ("what are your ... opening hours") for longer than between the syllables
     #: of an acknowledgement
     pause_ms: int = 300
+    #: ... after a voice with words that are neither an acknowledgement nor a request
+    word_gap_ms: int = 100
+    #: a voice that comes back this soon after the prompt resumed continues the same barge-in
+    rejoin_ms: int = 400
 
 
 class Verdict(enum.Enum):
@@ -111,6 +118,12 @@ class BargeIn:
         self.talking_over = False
         self.done = False
 
+    def revive(self) -> None:
+        """The voice came back soon after this barge-in let the prompt resume: decide again,
+        counting from the first onset."""
+        self.done = False
+        self.talking_over = False
+
     def on_voice_again(self) -> None:
         """The voice went on after the prompt was let play over it (the prompt is paused again):
         the acknowledgement is turning into something longer."""
@@ -136,11 +149,12 @@ class BargeIn:
         quiet_ms = max(0.0, now - last_voiced_at) * 1000.0
         heard = words(self.text)
         acknowledging = not heard or is_backchannel(self.text)
-        still = speaking or quiet_ms < (c.resume_after_ms if acknowledging else c.pause_ms)
         if any(w in STOP_WORDS for w in heard):
             return self._final(Verdict.INTERRUPT, "interrupting word")
         asking = not acknowledging and (
             self._is_request(self.text) or any(w in ASKING_WORDS for w in heard))
+        over_after_ms = c.resume_after_ms if acknowledging else c.pause_ms if asking else c.word_gap_ms
+        still = speaking or quiet_ms < over_after_ms
         if asking and spoke_ms > c.acknowledgement_max_ms:
             return self._final(Verdict.INTERRUPT, "request")
         if still:
@@ -160,7 +174,7 @@ class BargeIn:
                 return Decision(Verdict.TALK_OVER, "acknowledgement",
                                 check_in_s=max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))
             if not speaking:  # a pause: decide when it has lasted long enough to be the end
-                return self._wait(max(0.02, ((c.resume_after_ms if acknowledging else c.pause_ms) - quiet_ms) / 1000.0))
+                return self._wait(max(0.02, (over_after_ms - quiet_ms) / 1000.0))
             if asking:
                 # A request, unless the voice stops before an acknowledgement would.
                 return self._wait((c.acknowledgement_max_ms - spoke_ms) / 1000.0 + 0.01)

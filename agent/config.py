@@ -97,7 +97,7 @@ class EndpointingSettings:
     incomplete_silence_ms: int = 800
     #: silence that ends a turn ending like an unfinished phrase ("I would like to")
     continuation_silence_ms: int = 1400
-    #: silence that ends a complete request said in under 400 ms of speech ("no")
+    #: silence that ends a complete request said in under 300 ms of speech (one syllable) ("no")
     short_turn_silence_ms: int = 250
 
 

@@ -60,7 +60,7 @@ class EndpointerConfig:
     #: time do you open" heard as "no" in the stop before "time") ends after
     #: short_turn_silence_ms instead: a recogniser's guess at one short word is the least sure,
     #: and people stop inside words for longer than complete_silence_ms
-    short_turn_ms: int = 400
+    short_turn_ms: int = 300
     short_turn_silence_ms: int = 250
 
 

@@ -238,6 +238,8 @@ class CallSession:
         self.media.playout = self.playout
         self.media.on_onset = self._on_voice_onset
         self._barge: BargeIn | None = None
+        #: the last barge-in that let the prompt resume, and when (it may continue)
+        self._resumed_barge: tuple[BargeIn, float] | None = None
         #: (text, forked dialogue, its actions, prepared audio by prompt text, synthesis streams)
         self._speculation: tuple[str, DialogueSession, list[Action], dict[str, list[bytes]],
                                  list[SynthesisStream]] | None = None
@@ -578,6 +580,15 @@ class CallSession:
             self._barge.on_voice_again()
             self._barge_check()
             return
+        recent, self._resumed_barge = self._resumed_barge, None
+        if recent is not None and started_at - recent[1] <= recent[0].config.rejoin_ms / 1000.0:
+            # Back soon after the prompt resumed: a pause inside one interruption, judged whole.
+            self._barge = recent[0]
+            self._barge.revive()
+            self.false_interruptions -= 1
+            log.info("call {call_id} caller's voice is back: prompt paused", **self.log_fields)
+            self._barge_check()
+            return
         self._barge = BargeIn(started_at, self._is_complete, self.settings.barge_in)
         if self._metrics:
             self._metrics.barge_in_decision.observe(max(0.0, self._monotonic() - started_at))
@@ -606,6 +617,7 @@ class CallSession:
             return
         if decision.verdict is Verdict.RESUME:
             self._barge = None
+            self._resumed_barge = (barge, self._monotonic())
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
             self.false_interruptions += 1
             self.transcripts.consume()  # its words are not part of the caller's next turn
@@ -632,8 +644,9 @@ class CallSession:
         self._cancel_barge_check()
         if barge is None:
             return
-        if self._speech_started_at is None or self._speech_started_at < barge.started_at - 1.0:
-            self._speech_started_at = barge.started_at
+        # The caller's turn began with the voice that interrupted (its first onset, even when
+        # the VAD reported speech again after a pause in it).
+        self._speech_started_at = barge.started_at
         if self._metrics:
             self._metrics.barge_in_outcomes.labels("interrupted").inc()
         log.info("call {call_id} barge-in confirmed ({why})", why=why, **self.log_fields)

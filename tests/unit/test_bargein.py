@@ -81,9 +81,9 @@ def test_talking_over_an_acknowledgement_still_hears_an_interruption():
 def test_a_long_voice_with_unclear_words_waits_for_the_final_words():
     b = barge()
     b.on_words("the much")
-    d = b.decide(0.7, last_voiced_at=0.6, speaking=False)
-    assert d.verdict is Verdict.WAIT and d.check_in_s == pytest.approx(0.2)  # maybe a pause
-    d = b.decide(0.95, last_voiced_at=0.6, speaking=False)
+    d = b.decide(0.65, last_voiced_at=0.6, speaking=False)
+    assert d.verdict is Verdict.WAIT and d.check_in_s == pytest.approx(0.05)  # maybe the stop before a consonant
+    d = b.decide(0.75, last_voiced_at=0.6, speaking=False)
     assert d.verdict is Verdict.WAIT and d.check_in_s == pytest.approx(0.05)  # for the final words
     b.on_words("the much", final=True)
     assert b.decide(1.0, last_voiced_at=0.6, speaking=False).verdict is Verdict.RESUME

@@ -71,21 +71,21 @@ def test_a_complete_request_needs_enough_speech():
 
 
 def test_a_one_word_request_waits_the_short_turn_silence():
-    """ "goodbye" in 300 ms of speech, or the "what" of "what time do you open" heard as a complete
-    word before the stop of "time": 250 ms of silence, not 60, ends such a turn."""
+    """ "no" in 250 ms of speech, or the "what" of "what time do you open" heard as a complete
+    word before the stop of "time": 250 ms of silence, not 40, ends such a turn."""
     ep = make()
     ep.on_speech_start(0)
-    ep.on_transcript("goodbye", 250)
-    assert ep.on_speech_end(300, 340) is None
-    assert ep.poll(400) is None and ep.next_deadline_ms() == 550
+    ep.on_transcript("goodbye", 200)
+    assert ep.on_speech_end(250, 290) is None
+    assert ep.poll(400) is None and ep.next_deadline_ms() == 500
     ep.on_speech_start(420)  # the caller goes on: no decision was made
     assert ep.in_turn and ep.on_speech_end(1200, 1240) is None
     d = ep.poll(1260)
     assert d is not None and d.reason == "complete"
     ep.on_speech_start(2000)
-    ep.on_transcript("goodbye", 2250)
-    ep.on_speech_end(2300, 2340)
-    d = ep.poll(2550)
+    ep.on_transcript("goodbye", 2200)
+    ep.on_speech_end(2250, 2290)
+    d = ep.poll(2500)
     assert d is not None and d.reason == "short" and d.decided_ms - d.speech_end_ms == 250
 
 

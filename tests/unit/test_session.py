@@ -219,7 +219,7 @@ def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
 
 def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
     """An acknowledgement of 250 ms the recogniser turns into other short words does not stop
-    the prompt: it resumes once the quiet after it is longer than a pause inside a sentence."""
+    the prompt: it resumes once the quiet after it is longer than the stop before a consonant."""
     h = Harness()
     h.session.start()
     h.tick(40)
@@ -228,9 +228,9 @@ def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
     h.asr_interim("and they get it")
     h.tick(15, caller=tone_frame())
     assert h.session.playout.paused
-    h.tick(25)
-    assert h.session.playout.paused  # words that are not an acknowledgement: maybe a pause
-    h.tick(10)
+    h.tick(7)
+    assert h.session.playout.paused  # other words: maybe the stop before a consonant
+    h.tick(8)
     assert not h.session.playout.paused
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
     h.play_out()
@@ -550,3 +550,23 @@ def test_an_interruption_decided_just_after_the_voice_ended_is_answered():
     assert h.session.barge_ins == 1
     h.tick(3)
     assert any(t.startswith("Your account balance") for t in h.said()), h.said()
+
+
+def test_an_interruption_with_a_pause_in_it_is_judged_whole():
+    """ "what are" (400 ms), 150 ms of quiet -- the prompt resumes -- then "your opening hours":
+    the voice coming back continues the same barge-in, which is now a long request: the prompt
+    stops and the hours are given."""
+    h = Harness()
+    h.session.start()
+    h.tick(120)
+    h.tick(40, caller=tone_frame())
+    h.asr_interim("what are")
+    h.tick(15)
+    assert not h.session.playout.paused and h.session.false_interruptions == 1
+    h.tick(30, caller=tone_frame())
+    assert h.session.playout.paused
+    h.asr_interim("what are your opening hours")
+    assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
+    h.tick(10)  # the turn began at the first onset: a long request, answered after 40 ms
+    assert any(t.startswith("We are open") for t in h.said()), h.said()
+    assert h.session.turns[-1].caller_text.endswith("opening hours")
