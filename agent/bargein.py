@@ -120,9 +120,12 @@ class BargeIn:
 
     def revive(self) -> None:
         """The voice came back soon after this barge-in let the prompt resume: decide again,
-        counting from the first onset."""
+        counting from the first onset, on the words heard from now on (those before were
+        taken for an acknowledgement and set aside)."""
         self.done = False
         self.talking_over = False
+        self.text = ""
+        self.final = False
 
     def on_voice_again(self) -> None:
         """The voice went on after the prompt was let play over it (the prompt is paused again):

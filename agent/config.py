@@ -41,6 +41,8 @@ class MediaSettings:
     speech_start_ms: int = 120
     #: silence that counts as a gap in the caller's speech (the endpointer decides what it means)
     speech_end_ms: int = 40
+    #: the first prompt of a call starts this long after the media does
+    first_prompt_delay_ms: int = 200
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,7 @@ def load_config(path: str | None) -> ServerConfig:
 
     media = MediaSettings()
     if (r := top.sub("media")) is not None:
-        r.check_keys(("frame_ms", "jitter_buffer", "speech_start_ms", "speech_end_ms"))
+        r.check_keys(("frame_ms", "jitter_buffer", "speech_start_ms", "speech_end_ms", "first_prompt_delay_ms"))
         jb: dict[str, int] = {}
         if (rj := r.sub("jitter_buffer")) is not None:
             rj.check_keys(("init_ms", "min_pre_ms", "max_pre_ms", "max_ms"))
@@ -268,7 +270,9 @@ def load_config(path: str | None) -> ServerConfig:
             frame_ms=r.get("frame_ms", int, media.frame_ms,
                            lambda v: None if v in (10, 20) else "expected 10 or 20"),
             speech_start_ms=r.get("speech_start_ms", int, media.speech_start_ms, _positive),
-            speech_end_ms=r.get("speech_end_ms", int, media.speech_end_ms, _positive), **jb)
+            speech_end_ms=r.get("speech_end_ms", int, media.speech_end_ms, _positive),
+            first_prompt_delay_ms=r.get("first_prompt_delay_ms", int, media.first_prompt_delay_ms,
+                                        lambda v: None if v >= 0 else "expected 0 or more"), **jb)
 
     speech = SpeechSettings()
     if (r := top.sub("speech")) is not None:

@@ -117,6 +117,9 @@ class SessionSettings:
     #: what a caller's voice over an interruptible prompt must be to take the turn
     barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     endpointer: EndpointerConfig = field(default_factory=EndpointerConfig)
+    #: the first prompt starts this long after the media does: the caller's side takes a
+    #: moment to play what arrives first, and the first syllable of the greeting is lost
+    first_prompt_delay_ms: int = 0
     #: an intent match this sure counts as a complete request for endpointing (the dialogue
     #: itself accepts weaker matches once the turn is over)
     complete_min_score: float = 0.9
@@ -192,6 +195,13 @@ class MediaPipeline:
             if missed:
                 self._metrics.media_deadline_misses.inc()
 
+
+    def rearm_onset(self) -> None:
+        """Let a voice that is still going on pause the prompt again (called from the reactor
+        when a barge-in lets the prompt resume: if the voice was not over after all, the next
+        30 ms of it pause the prompt at once)."""
+        self._periodic_ms = 0.0
+        self._onset_sent = False
 
     def _voice_onset(self, pcm: bytes, now: float) -> None:
         """Detect a voice (periodic sound) starting; pause an interruptible prompt at once."""
@@ -287,6 +297,7 @@ class CallSession:
         self._record_timer: IDelayedCall | None = None
         self._beep_segment: int | None = None
         self._max_duration_timer: IDelayedCall | None = None
+        self._start_timer: IDelayedCall | None = None
         self.recordings: list[str] = []
 
     # -- lifecycle ------------------------------------------------------------
@@ -305,7 +316,11 @@ class CallSession:
         limit_ms = getattr(self.dialogue, "max_call_duration_ms", None)
         if limit_ms:
             self._max_duration_timer = self._reactor.callLater(limit_ms / 1000.0, self._call_timeout)
-        self._run(self.dialogue.start())
+        if self.settings.first_prompt_delay_ms > 0:
+            self._start_timer = self._reactor.callLater(self.settings.first_prompt_delay_ms / 1000.0,
+                                                        self._run, self.dialogue.start())
+        else:
+            self._run(self.dialogue.start())
 
     def close(self, reason: str) -> None:
         """Tear everything down (idempotent): streams, timers, queued audio."""
@@ -316,7 +331,7 @@ class CallSession:
         self._cancel_no_input()
         self._cancel_endpoint_timer()
         self.media.barge_armed = False
-        for timer in (self._max_duration_timer, self._record_timer, self._barge_timer):
+        for timer in (self._max_duration_timer, self._record_timer, self._barge_timer, self._start_timer):
             if timer is not None and timer.active():
                 timer.cancel()
         if self._record is not None:
@@ -618,6 +633,7 @@ class CallSession:
         if decision.verdict is Verdict.RESUME:
             self._barge = None
             self._resumed_barge = (barge, self._monotonic())
+            self.media.rearm_onset()
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
             self.false_interruptions += 1
             self.transcripts.consume()  # its words are not part of the caller's next turn

@@ -15,11 +15,18 @@ from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, rms_dbfs
 
 #: a 5 ms analysis window at 16 kHz
 _WINDOW_MS = 5
-#: audio kept before the first sound. The sound threshold (25 dB under the
-#: prompt's loudest window) already keeps soft first consonants ("s", "f");
-#: a lead-in is quiet murmur that reaches the caller as silence: on the wire,
-#: a 40 ms lead-in delayed each reply's first voiced packet by 40 ms.
-LEAD_MS = 0
+#: where a prompt starts: at its first 5 ms window less than BELOW_PEAK_DB under
+#: its loudest, moved back over the quieter sound right before it (a soft first
+#: consonant: the "th" of "thank", the "f" of "for"), as long as each window is
+#: less than ONSET_BELOW_PEAK_DB under the loudest and above ONSET_MIN_DBFS.
+#: flite's murmur before a prompt (-55 to -65 dBFS, often apart from the speech)
+#: stays out: it reaches the caller as silence, and a 40 ms lead-in of it delayed
+#: each reply's first voiced packet on the wire by 40 ms.
+BELOW_PEAK_DB = 25.0
+ONSET_BELOW_PEAK_DB = 35.0
+ONSET_MIN_DBFS = -52.0
+#: how far back the onset may move (and how much a stream's gate holds back)
+MAX_ONSET_MS = 80
 #: the cut is faded in over this long so that starting mid-waveform does not click
 FADE_IN_MS = 2
 
@@ -39,36 +46,42 @@ def _window_bytes(sample_rate_hz: int) -> int:
     return sample_rate_hz * _WINDOW_MS // 1000 * BYTES_PER_SAMPLE
 
 
-def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = LEAD_MS, tail_ms: int = 150,
-                 threshold_dbfs: float | None = None, below_peak_db: float = 25.0) -> bytes:
-    """*pcm* without leading silence (keeping *lead_ms*, so a soft first consonant stays) and
-    with at most *tail_ms* after the last sound.
+def _onset(levels: list[float], first: int, peak_dbfs: float) -> int:
+    """Index of the window where the sound that reaches its threshold at *first* begins."""
+    floor = max(ONSET_MIN_DBFS, peak_dbfs - ONSET_BELOW_PEAK_DB)
+    limit = max(0, first - MAX_ONSET_MS // _WINDOW_MS)
+    while first > limit and levels[first - 1] > floor:
+        first -= 1
+    return first
 
-    "Sound" is a 5 ms window above *threshold_dbfs*, by default *below_peak_db* under the
-    loudest window: synthesisers often start with a long stretch of low-level noise."""
+
+def trim_silence(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, *, tail_ms: int = 150,
+                 threshold_dbfs: float | None = None) -> bytes:
+    """*pcm* from the start of its first sound (see BELOW_PEAK_DB), faded in, with at most
+    *tail_ms* after the last sound (*threshold_dbfs* overrides the sound threshold)."""
     w = _window_bytes(sample_rate_hz)
     n = len(pcm) // w
     levels = [rms_dbfs(pcm[i * w:(i + 1) * w]) for i in range(n)]
+    loudest = max(levels, default=-math.inf)
     if threshold_dbfs is None:
-        loudest = max(levels, default=-math.inf)
-        threshold_dbfs = max(-50.0, loudest - below_peak_db)
+        threshold_dbfs = max(-50.0, loudest - BELOW_PEAK_DB)
     voiced = [i for i, level in enumerate(levels) if level > threshold_dbfs]
     if not voiced:
         return pcm
     per_ms = sample_rate_hz // 1000 * BYTES_PER_SAMPLE
-    start = max(0, voiced[0] * w - lead_ms * per_ms)
+    start = _onset(levels, voiced[0], loudest) * w
     end = min(len(pcm), (voiced[-1] + 1) * w + tail_ms * per_ms)
     return fade_in(pcm[start:end], sample_rate_hz) if start > 0 else pcm[start:end]
 
 
 class LeadingSilenceGate:
-    """Drops streamed audio until the first voiced window, then passes everything."""
+    """Drops streamed audio until the first sound (a window above *threshold_dbfs*), then
+    passes everything from where that sound begins (see :func:`trim_silence`)."""
 
-    def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, *, lead_ms: int = LEAD_MS,
-                 threshold_dbfs: float = -40.0) -> None:
+    def __init__(self, sample_rate_hz: int = SAMPLE_RATE_HZ, *, threshold_dbfs: float = -40.0) -> None:
         self._rate = sample_rate_hz
         self._w = _window_bytes(sample_rate_hz)
-        self._lead = lead_ms * (sample_rate_hz // 1000) * BYTES_PER_SAMPLE
+        self._hold = MAX_ONSET_MS // _WINDOW_MS * self._w
         self._threshold = threshold_dbfs
         self._held = b""
         self.open = False
@@ -79,16 +92,19 @@ class LeadingSilenceGate:
             return chunk
         data = self._held + chunk
         w = self._w
+        levels: list[float] = []
         for i in range(0, len(data) - w + 1, w):
-            if rms_dbfs(data[i:i + w]) > self._threshold:
+            levels.append(rms_dbfs(data[i:i + w]))
+            if levels[-1] > self._threshold:
                 self.open = True
-                start = max(0, i - self._lead)
+                # The stream's loudest is not known yet: take the threshold as 25 dB under it.
+                start = _onset(levels, len(levels) - 1, self._threshold + BELOW_PEAK_DB) * w
                 self.dropped_bytes += start
                 self._held = b""
                 return fade_in(data[start:], self._rate) if start > 0 else data[start:]
         keep = len(data) - len(data) % w
-        # Hold back only the lead-in that may precede the first sound.
-        cut = max(0, keep - self._lead)
+        # Hold back only what may turn out to be the start of the first sound.
+        cut = max(0, keep - self._hold)
         self.dropped_bytes += cut
         self._held = data[cut:]
         return b""

@@ -12,15 +12,15 @@ import pytest
 
 from agent.latency_report import timelines
 from media.latency import ScoreParams, score_items
-from tests.integration.conftest import AgentProcess, Capture, free_port, run_sipp
-from tests.integration.test_latency_report import load_bench
+from tests.integration.conftest import AgentProcess
+from tests.integration.test_latency_report import load_bench, play_steps
 
 pytestmark = pytest.mark.integration
 
 SCHEDULE = (
-    (3500, "backchannel-uh-huh-rms"),
-    (6000, "noise-white-100ms"),
-    (8500, "interruption-check-my-balance-awb"),
+    (3000, "backchannel-uh-huh-rms"),
+    (7500, "noise-white-100ms"),
+    (12500, "interruption-check-my-balance-awb"),
 )
 
 
@@ -29,18 +29,8 @@ def test_uh_huh_and_a_noise_burst_do_not_stop_the_prompt_an_interruption_does(ag
     bench = load_bench()
     corpus = {cf.name: cf for files in bench.load_corpus().values() for cf in files}
     steps = [bench.Step(at, corpus[name]) for at, name in SCHEDULE]
-    bench.write_media(steps, str(tmp_path))
-    scenario = tmp_path / "barge-in.xml"
-    scenario.write_text(bench.scenario_xml(steps, str(tmp_path), tail_ms=8000), encoding="iso-8859-1")
-    media_port = free_port()
     before = len(agent.records())
-    cap = Capture(str(tmp_path / "call.pcap"), f"udp port {agent.sip_port} or udp port {media_port}")
-    try:
-        result = run_sipp(str(scenario), f"127.0.0.1:{agent.sip_port}", "-s", "1000", "-m", "1", "-l", "1",
-                          "-mp", str(media_port), timeout_s=90)
-    finally:
-        pcap = cap.stop()
-    assert result.returncode == 0, result.stdout.decode()[-2000:] + result.stderr.decode()[-2000:]
+    pcap, _port = play_steps(bench, agent, tmp_path, steps, tail_ms=8000, timeout_s=90)
 
     tls = timelines(pcap)
     assert len(tls) == 1

@@ -49,6 +49,25 @@ def load_bench():  # type: ignore[no-untyped-def]
     return module
 
 
+def play_steps(bench, agent: AgentProcess, tmp_path, steps, *, tail_ms: int,  # type: ignore[no-untyped-def]
+               timeout_s: float = 60) -> tuple[str, int]:
+    """One SIPp call to *agent* playing the bench's *steps*, captured with dumpcap; returns the
+    capture's path and the caller's media port (SIPp must have succeeded)."""
+    media_dir = str(tmp_path)
+    bench.write_media(steps, media_dir)
+    scenario = tmp_path / "scenario.xml"
+    scenario.write_text(bench.scenario_xml(steps, media_dir, tail_ms=tail_ms), encoding="iso-8859-1")
+    media_port = free_port()
+    cap = Capture(str(tmp_path / "call.pcap"), f"udp port {agent.sip_port} or udp port {media_port}")
+    try:
+        result = run_sipp(str(scenario), f"127.0.0.1:{agent.sip_port}", "-s", "1000", "-m", "1", "-l", "1",
+                          "-mp", str(media_port), timeout_s=timeout_s)
+    finally:
+        pcap = cap.stop()
+    assert result.returncode == 0, result.stdout.decode()[-2000:] + result.stderr.decode()[-2000:]
+    return pcap, media_port
+
+
 def voiced(payload: bytes) -> bool:
     """The test's own voiced test: µ-law decoded RMS above -40 dBFS."""
     rms = audioop.rms(audioop.ulaw2lin(payload, 2), 2)
@@ -70,20 +89,7 @@ def test_report_matches_a_played_interruption_and_its_reply(agent: AgentProcess,
     truth = manifest[FILE + ".wav"]
     corpus = {cf.name: cf for files in bench.load_corpus().values() for cf in files}
     steps = [bench.Step(PLAY_AT_MS, corpus[FILE])]
-    media_dir = str(tmp_path)
-    bench.write_media(steps, media_dir)
-    xml = bench.scenario_xml(steps, media_dir, tail_ms=9000)
-    scenario = tmp_path / "one-item.xml"
-    scenario.write_text(xml, encoding="iso-8859-1")
-
-    media_port = free_port()
-    cap = Capture(str(tmp_path / "call.pcap"), f"udp port {agent.sip_port} or udp port {media_port}")
-    try:
-        result = run_sipp(str(scenario), f"127.0.0.1:{agent.sip_port}", "-s", "1000", "-m", "1", "-l", "1",
-                          "-mp", str(media_port), timeout_s=60)
-    finally:
-        pcap = cap.stop()
-    assert result.returncode == 0, result.stdout.decode()[-2000:] + result.stderr.decode()[-2000:]
+    pcap, media_port = play_steps(bench, agent, tmp_path, steps, tail_ms=9000)
 
     # -- what was played, from the raw capture with the test's own decoding
     with open(pcap, "rb") as f:

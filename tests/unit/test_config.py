@@ -61,3 +61,13 @@ def test_phrase_hints_are_on_unless_turned_off(tmp_path):
     p.write_text("speech:\n  phrase_hints: 3\n")
     with pytest.raises(ConfigError, match=r":2:17: config.speech.phrase_hints: expected bool"):
         load_config(str(p))
+
+
+def test_first_prompt_delay_defaults_to_200_ms_and_must_not_be_negative(tmp_path):
+    assert load_config(None).media.first_prompt_delay_ms == 200
+    p = tmp_path / "c.yaml"
+    p.write_text("media:\n  first_prompt_delay_ms: 0\n")
+    assert load_config(str(p)).media.first_prompt_delay_ms == 0
+    p.write_text("media:\n  first_prompt_delay_ms: -5\n")
+    with pytest.raises(ConfigError, match=r":2:26: config.media.first_prompt_delay_ms: expected 0 or more"):
+        load_config(str(p))

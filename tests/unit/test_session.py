@@ -570,3 +570,33 @@ def test_an_interruption_with_a_pause_in_it_is_judged_whole():
     h.tick(10)  # the turn began at the first onset: a long request, answered after 40 ms
     assert any(t.startswith("We are open") for t in h.said()), h.said()
     assert h.session.turns[-1].caller_text.endswith("opening hours")
+
+
+def test_a_voice_heard_as_an_acknowledgement_that_goes_on_is_still_an_interruption():
+    """ "check" first heard as "sure", then a 90 ms stop: the prompt resumes, but the voice goes on
+    ("my balance") and pauses it again at once; the whole is a request and interrupts."""
+    h = Harness()
+    h.session.start()
+    h.tick(120)
+    h.tick(15, caller=tone_frame())
+    h.asr_interim("sure")
+    h.tick(9)
+    assert not h.session.playout.paused  # resumed: an acknowledgement, and quiet
+    h.tick(6, caller=tone_frame())
+    assert h.session.playout.paused  # the voice goes on: paused again within 60 ms
+    h.tick(58, caller=tone_frame())
+    h.asr_interim("check my balance")
+    assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
+    h.tick(10)
+    assert any(t.startswith("Your account balance") for t in h.said()), h.said()
+
+
+def test_the_first_prompt_waits_the_configured_delay():
+    """first_prompt_delay_ms=200: silence for 200 ms after the media starts, then the greeting."""
+    h = Harness()
+    h.session.settings = SessionSettings(vad=VadConfig(start_ms=50, end_ms=40), first_prompt_delay_ms=200)
+    h.session.start()
+    h.tick(19)
+    assert not h.session.playout.busy and h.said() == []
+    h.tick(2)
+    assert h.said()[0].startswith("Thank you for calling")
