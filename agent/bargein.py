@@ -22,9 +22,9 @@ plays on:
   play on at once, while the caller is still saying them (``TALK_OVER``); the
   voice is still watched and can still turn into an interruption;
 * a voice that ends with none of that resumes the prompt where it paused.
-  It has ended after ``resume_after_ms`` of quiet when it had no words or an
-  acknowledgement's, after ``word_gap_ms`` when it had other words (the stop
-  before a consonant), after ``pause_ms`` when they were a request (people pause
+  It has ended after ``resume_after_ms`` of quiet when it had an
+  acknowledgement's words, after ``word_gap_ms`` when it had none or others (the
+  stop before a consonant), after ``pause_ms`` when they were a request (people pause
   inside a sentence); a voice longer than ``wait_final_after_ms`` first waits for
   the recogniser's final words. If the voice comes back within ``rejoin_ms`` of
   the prompt resuming, the session revives the same barge-in
@@ -68,7 +68,7 @@ class BargeInConfig:
     wait_final_after_ms: int = 500
     #: how long the final words are waited for after the voice ended
     final_wait_ms: int = 600
-    #: quiet after a voice without words (or with an acknowledgement) before it counts as over
+    #: quiet after a voice with an acknowledgement's words before it counts as over
     resume_after_ms: int = 40
     #: an acknowledgement lets the prompt play on once the recogniser has held it this long
     #: (a first guess at "check" can be "yeah" for a moment)
@@ -77,7 +77,8 @@ class BargeInConfig:
     #: a sentence ("what are your ... opening hours") for longer than between the syllables
     #: of an acknowledgement
     pause_ms: int = 300
-    #: ... after a voice with words that are neither an acknowledgement nor a request
+    #: ... after a voice with no words yet (the first sound of a word, then the stop before the
+    #: next) or with words that are neither an acknowledgement nor a request
     word_gap_ms: int = 100
     #: a voice that comes back this soon after the prompt resumed continues the same barge-in
     rejoin_ms: int = 400
@@ -156,7 +157,8 @@ class BargeIn:
             return self._final(Verdict.INTERRUPT, "interrupting word")
         asking = not acknowledging and (
             self._is_request(self.text) or any(w in ASKING_WORDS for w in heard))
-        over_after_ms = c.resume_after_ms if acknowledging else c.pause_ms if asking else c.word_gap_ms
+        over_after_ms = (c.pause_ms if asking else c.resume_after_ms if heard and acknowledging
+                         else c.word_gap_ms)
         still = speaking or quiet_ms < over_after_ms
         if asking and spoke_ms > c.acknowledgement_max_ms:
             return self._final(Verdict.INTERRUPT, "request")
