@@ -23,8 +23,8 @@ plays on:
   voice is still watched and can still turn into an interruption;
 * a voice that ends with none of that resumes the prompt where it paused.
   It has ended after ``resume_after_ms`` of quiet when it had an
-  acknowledgement's words, after ``word_gap_ms`` when it had none or others (the
-  stop before a consonant), after ``pause_ms`` when they were a request (people pause
+  acknowledgement's words, after ``word_gap_ms`` when it had others (the stop
+  before a consonant), after ``no_words_gap_ms`` when it had none yet, after ``pause_ms`` when they were a request (people pause
   inside a sentence); a voice longer than ``wait_final_after_ms`` first waits for
   the recogniser's final words. If the voice comes back within ``rejoin_ms`` of
   the prompt resuming, the session revives the same barge-in
@@ -77,9 +77,11 @@ class BargeInConfig:
     #: a sentence ("what are your ... opening hours") for longer than between the syllables
     #: of an acknowledgement
     pause_ms: int = 300
-    #: ... after a voice with no words yet (the first sound of a word, then the stop before the
-    #: next) or with words that are neither an acknowledgement nor a request
+    #: ... after a voice with words that are neither an acknowledgement nor a request
     word_gap_ms: int = 100
+    #: ... after a voice with no words yet: it may be the first sound of a word ("w" of "what")
+    #: before a silent stretch, and resuming the prompt in between makes it stutter
+    no_words_gap_ms: int = 200
     #: a voice that comes back this soon after the prompt resumed continues the same barge-in
     rejoin_ms: int = 400
 
@@ -157,8 +159,8 @@ class BargeIn:
             return self._final(Verdict.INTERRUPT, "interrupting word")
         asking = not acknowledging and (
             self._is_request(self.text) or any(w in ASKING_WORDS for w in heard))
-        over_after_ms = (c.pause_ms if asking else c.resume_after_ms if heard and acknowledging
-                         else c.word_gap_ms)
+        over_after_ms = (c.pause_ms if asking else c.no_words_gap_ms if not heard
+                         else c.resume_after_ms if acknowledging else c.word_gap_ms)
         still = speaking or quiet_ms < over_after_ms
         if asking and spoke_ms > c.acknowledgement_max_ms:
             return self._final(Verdict.INTERRUPT, "request")
