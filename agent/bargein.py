@@ -36,26 +36,15 @@ The class is pure: it is fed timestamps and words and answers with a
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.endpointer import is_backchannel, words
+from agent.endpointer import is_acknowledgement, is_backchannel, words
 
 #: words people use to stop someone talking: they take the turn however short the voice
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
 #: words that ask for something: they take the turn like a request does
 ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
-#: what people say to show they are listening; hesitations ("uh", "um", "oh") alone are not
-#: acknowledgements: they as often begin a question ("um, what time do you open")
-_ACK = r"uh huh|mm hmm|mhm|okay|ok|yeah|yep|right|sure|alright|all right|i see|got it"
-_FILLER = r"uh|um|oh|ah|hmm|mm"
-_ACKNOWLEDGEMENT = re.compile(rf"^(?:(?:{_FILLER}) )*(?:{_ACK})(?: (?:{_ACK}|{_FILLER}))*$")
-
-
-def is_acknowledgement(text: str) -> bool:
-    """ "uh-huh", "okay", "mm-hmm yeah", "oh okay" -- not "uh", "um" or anything with other words."""
-    return bool(_ACKNOWLEDGEMENT.match(" ".join(words(text.replace("-", " ")))))
 
 
 @dataclass(frozen=True)

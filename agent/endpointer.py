@@ -26,9 +26,13 @@ in on at from by about into like want would could should can will i im i'm we yo
 was were be been am do does did please um uh er so because if then than
 """.split())
 
+#: what people say to show they are listening ("uh-huh" and "mm-hmm" are matched without hyphens)
+ACKNOWLEDGEMENTS = frozenset({"uh huh", "mhm", "mm hmm", "okay", "ok", "yeah", "yep", "right", "sure", "alright",
+                              "all right", "i see"})
+#: hesitations: alone they take no turn, but they as often begin a question ("um, what time ...")
+HESITATIONS = frozenset({"uh", "um", "ah", "oh", "hmm", "mm"})
 #: short replies that acknowledge without taking the turn
-BACKCHANNELS = frozenset({"uh huh", "uh-huh", "mhm", "mm hmm", "mm-hmm", "hmm", "mm", "okay", "ok", "yeah",
-                          "yep", "right", "sure", "alright", "all right", "i see", "uh", "um", "ah", "oh"})
+BACKCHANNELS = ACKNOWLEDGEMENTS | HESITATIONS
 
 _WORD = re.compile(r"[a-z']+")
 
@@ -43,10 +47,28 @@ def looks_unfinished(text: str) -> bool:
     return bool(w) and w[-1] in CONTINUATION_WORDS
 
 
+def _plain(text: str) -> str:
+    return " ".join(words(text.replace("-", " ")))
+
+
 def is_backchannel(text: str) -> bool:
-    """True for an acknowledgement such as "uh-huh", "okay", "yeah" (or nothing at all)."""
-    w = " ".join(words(text.replace("-", " ")))
+    """True for an acknowledgement such as "uh-huh", "okay", "yeah", a hesitation, or nothing."""
+    w = _plain(text)
     return w == "" or w in BACKCHANNELS or all(x in BACKCHANNELS for x in w.split())
+
+
+def _alternatives(phrases: frozenset[str]) -> str:
+    return "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
+
+
+_ACKNOWLEDGEMENT = re.compile(rf"^(?:(?:{_alternatives(HESITATIONS)}) )*(?:{_alternatives(ACKNOWLEDGEMENTS)})"
+                              rf"(?: (?:{_alternatives(BACKCHANNELS)}))*$")
+
+
+def is_acknowledgement(text: str) -> bool:
+    """ "uh-huh", "okay", "mm-hmm yeah", "oh okay" -- not a bare "uh", "um" or "oh", nor anything
+    with other words."""
+    return bool(_ACKNOWLEDGEMENT.match(_plain(text)))
 
 
 @dataclass(frozen=True)

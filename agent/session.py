@@ -33,7 +33,7 @@ from agent.dialogue import (
 from agent.audio_util import StreamResampler
 from agent.bargein import BargeIn, BargeInConfig, Verdict
 from agent.endpointer import (
-    BACKCHANNELS, EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, words,
+    EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel,
 )
 from agent.metrics import AgentMetrics
 from agent.speech import RecognitionOptions
@@ -41,13 +41,11 @@ from media.frames import SAMPLE_RATE_HZ, duration_ms
 from media.frames import duration_ms as duration_ms_of
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
 from media.trim import LeadingSilenceGate, trim_silence
+from media.vad import EnergyVad, VadConfig, VadEvent, VadEventType
 from media.voicing import PeriodicityMeter
 
 #: periodicity above which a frame counts as voice rather than noise
 PERIODIC_VOICE = 0.45
-
-#: words with which callers take the turn while the agent talks
-from media.vad import EnergyVad, VadConfig, VadEvent, VadEventType
 
 log = Logger(namespace="openclaw.session")
 
