@@ -109,12 +109,20 @@ class BargeIn:
         #: the prompt plays again over an acknowledgement that is still being said
         self.talking_over = False
         self.done = False
+        #: when the verdict let the prompt resume (RESUME)
+        self.resumed_at: float | None = None
+
+    def rejoins(self, onset_at: float) -> bool:
+        """Does a voice starting at *onset_at* continue this barge-in (back within rejoin_ms
+        of the prompt resuming)?"""
+        return self.resumed_at is not None and onset_at - self.resumed_at <= self.config.rejoin_ms / 1000.0
 
     def revive(self) -> None:
         """The voice came back soon after this barge-in let the prompt resume: decide again,
         counting from the first onset, on the words heard from now on (those before were
         taken for an acknowledgement and set aside)."""
         self.done = False
+        self.resumed_at = None
         self.talking_over = False
         self.text = ""
         self.final = False
@@ -179,6 +187,7 @@ class BargeIn:
                 and quiet_ms < c.final_wait_ms):
             # Longer than most acknowledgements: let the recogniser's final words say what it was.
             return self._wait(0.05)
+        self.resumed_at = now
         return self._final(Verdict.RESUME, "acknowledgement" if heard else "no words")
 
     def _wait(self, check_in_s: float) -> Decision:

@@ -246,8 +246,8 @@ class CallSession:
         self.media.playout = self.playout
         self.media.on_onset = self._on_voice_onset
         self._barge: BargeIn | None = None
-        #: the last barge-in that let the prompt resume, and when (it may continue)
-        self._resumed_barge: tuple[BargeIn, float] | None = None
+        #: the last barge-in that let the prompt resume (a voice back soon continues it)
+        self._resumed_barge: BargeIn | None = None
         #: (text, forked dialogue, its actions, prepared audio by prompt text, synthesis streams)
         self._speculation: tuple[str, DialogueSession, list[Action], dict[str, list[bytes]],
                                  list[SynthesisStream]] | None = None
@@ -594,9 +594,9 @@ class CallSession:
             self._barge_check()
             return
         recent, self._resumed_barge = self._resumed_barge, None
-        if recent is not None and started_at - recent[1] <= recent[0].config.rejoin_ms / 1000.0:
+        if recent is not None and recent.rejoins(started_at):
             # Back soon after the prompt resumed: a pause inside one interruption, judged whole.
-            self._barge = recent[0]
+            self._barge = recent
             self._barge.revive()
             self.false_interruptions -= 1
             log.info("call {call_id} caller's voice is back: prompt paused", **self.log_fields)
@@ -609,8 +609,7 @@ class CallSession:
         self._barge_check()
 
     def _schedule_barge_check(self, delay_s: float) -> None:
-        if self._barge_timer is not None and self._barge_timer.active():
-            self._barge_timer.cancel()
+        self._cancel_barge_check()
         self._barge_timer = self._reactor.callLater(max(0.0, delay_s), self._barge_check)
 
     def _cancel_barge_check(self) -> None:
@@ -630,7 +629,7 @@ class CallSession:
             return
         if decision.verdict is Verdict.RESUME:
             self._barge = None
-            self._resumed_barge = (barge, self._monotonic())
+            self._resumed_barge = barge
             self.media.rearm_onset()
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
             self.false_interruptions += 1

@@ -65,6 +65,7 @@ class EnergyVad:
         # Starts as if floor_dbfs had been heard for a whole window: a sound present from the
         # first frame becomes the floor only once it has lasted the window without a dip.
         self._blocks: deque[float] = deque([self.config.floor_dbfs] * n, maxlen=n)
+        self._blocks_min = self.config.floor_dbfs
         self.speaking = False
         self._peak = -math.inf  # loudest frame of the current voiced run or speech
         self._voiced_run_ms = 0.0
@@ -121,15 +122,16 @@ class EnergyVad:
         return events
 
     def _track_floor(self, level: float, frame_ms: float) -> None:
-        # Minimum statistics over the last floor_window_ms, in 100 ms blocks. Earlier this
-        # was a slowly rising average, which rose under speech: after two seconds of talking
-        # it had climbed 10 dB, and the quiet end of a word ("balance") counted as silence.
-        # Digital silence (all-zero samples, as trunks send between words) is very quiet,
-        # not "no information".
+        # Minimum statistics over the last floor_window_ms, in 100 ms blocks: the pauses
+        # between syllables keep the floor down under speech (a rising average climbs ~10 dB in
+        # two seconds of talking, and the quiet end of a word then counts as silence), while a
+        # sound with no dips becomes the floor. Digital silence (all-zero samples, as trunks
+        # send between words) is very quiet, not "no information".
         level = max(level, _DIGITAL_SILENCE_DBFS)
         self._block_min = min(self._block_min, level)
         self._block_ms += frame_ms
         if self._block_ms >= _BLOCK_MS:
             self._blocks.append(self._block_min)
+            self._blocks_min = min(self._blocks)  # once per block, not per frame
             self._block_min, self._block_ms = math.inf, 0.0
-        self._floor = min(self._block_min, min(self._blocks, default=math.inf))
+        self._floor = min(self._block_min, self._blocks_min)

@@ -164,3 +164,11 @@ def test_played_over_voice_that_outlasts_an_acknowledgement_pauses_the_prompt_ag
     d = b.decide(0.75, last_voiced_at=0.75, speaking=True)
     assert d.verdict is Verdict.PAUSE and not b.talking_over
     assert b.decide(1.2, last_voiced_at=1.2, speaking=True).verdict is Verdict.INTERRUPT
+
+
+def test_a_voice_back_soon_after_the_prompt_resumed_rejoins_the_barge_in():
+    b = barge()
+    assert b.decide(0.35, last_voiced_at=0.1, speaking=False).verdict is Verdict.RESUME
+    assert b.rejoins(0.7) and not b.rejoins(0.8)
+    b.revive()
+    assert not b.done and b.resumed_at is None and not b.rejoins(0.7)
