@@ -104,9 +104,7 @@ def summary(tls: list[CallTimeline]) -> dict[str, Any]:
     pacing = [p for p in (rtp_pacing(t.agent_packets, t.agent) for t in tls) if p is not None]
     deviations = [d for p in pacing for d in p.deviations_ms]
     if deviations:
-        out["agent_rtp_pacing"] = {"jitter_ms": {k: round(v, 2) if isinstance(v, float) else v
-                                                 for k, v in stats(deviations).items()},
-                                   "gaps": sum(p.gaps for p in pacing),
+        out["agent_rtp_pacing"] = {"jitter_ms": stats(deviations), "gaps": sum(p.gaps for p in pacing),
                                    "gaps_in_speech": sum(p.gaps_in_speech for p in pacing)}
     return out
 
