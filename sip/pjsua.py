@@ -148,7 +148,9 @@ class _MediaPort(pj.AudioMediaPort):
         self._binding = None
 
     def onFrameReceived(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 API)
-        binding = self._binding
+        # getattr: at shutdown the clock thread may call a port whose Python side is being
+        # torn down (its attributes already gone) before pjmedia has let go of it.
+        binding = getattr(self, "_binding", None)
         if binding is None:
             return
         try:
@@ -159,7 +161,7 @@ class _MediaPort(pj.AudioMediaPort):
             log.failure("media sink failed")
 
     def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 API)
-        binding = self._binding
+        binding = getattr(self, "_binding", None)
         if binding is None:
             frame.type = pj.PJMEDIA_FRAME_TYPE_NONE
             frame.size = 0
@@ -312,8 +314,8 @@ class SipCall:
             return {}
 
     def keep_stats(self) -> None:
-        """Read the stream's counters now, so that they outlive the stream (pjsua frees it
-        before telling of the call's end)."""
+        """Read the stream's counters now, so that they outlive the stream: pjsua frees it
+        before telling of the call's end, so the stack reads them every second meanwhile."""
         stats = self.rtp_stats()
         if stats:
             self._final_stats = stats
@@ -333,7 +335,6 @@ class SipCall:
             self.confirmed = True
             _safe(self.callbacks.on_confirmed)
         elif ci.state == pj.PJSIP_INV_STATE_DISCONNECTED and not self.disconnected:
-            self.keep_stats()
             self.disconnected = True
             self._release_media()
             _safe(self.callbacks.on_disconnected, ci.lastStatusCode, ci.lastReason)
