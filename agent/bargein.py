@@ -17,8 +17,8 @@ plays on:
   recognisers turn acknowledgements into short random words, and a short
   "mm-hmm" heard as "an agent" must not transfer the call;
 * so does a voice that goes on for ``interruption_min_ms``, whatever the words;
-* words that are an acknowledgement ("uh-huh", "okay", "yeah"; not a bare
-  hesitation such as "um", which as often begins a question) let the prompt
+* words that are an acknowledgement ("uh-huh", "okay", "yeah", a held "oh"; not
+  a bare "um" or "uh", which as often begins a question) let the prompt
   play on at once, while the caller is still saying them (``TALK_OVER``); the
   voice is still watched and can still turn into an interruption;
 * a voice that ends with none of that resumes the prompt where it paused.
@@ -43,6 +43,10 @@ from agent.endpointer import is_acknowledgement, is_backchannel, words
 
 #: words people use to stop someone talking: they take the turn however short the voice
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
+#: a bare "oh" is how the recogniser first hears "okay" (for ~300 ms of it), and an
+#: acknowledgement in itself: held as long as one must be, it lets the prompt play on like one
+#: (an "oh, what time ..." still takes the turn as a request, once longer than an acknowledgement)
+ACKNOWLEDGEMENT_ONSETS = frozenset({"oh"})
 #: words that ask for something: they take the turn like a request does
 ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
 
@@ -164,7 +168,7 @@ class BargeIn:
         if still:
             if spoke_ms >= c.interruption_min_ms:
                 return self._final(Verdict.INTERRUPT, "long enough")
-            acknowledgement = is_acknowledgement(self.text)
+            acknowledgement = is_acknowledgement(self.text) or " ".join(heard) in ACKNOWLEDGEMENT_ONSETS
             if self.talking_over and not acknowledgement and spoke_ms > c.acknowledgement_max_ms:
                 # Longer than an acknowledgement, and other words: maybe an interruption after all.
                 self.talking_over = False

@@ -130,6 +130,28 @@ def test_a_hesitation_does_not_let_the_prompt_play_on():
     assert b.decide(0.15, last_voiced_at=0.15, speaking=True).verdict is Verdict.WAIT
 
 
+def test_a_held_oh_lets_the_prompt_play_on_as_okay_usually_follows():
+    """ "okay" is first heard as "oh" for most of its length: held 60 ms, the prompt plays on."""
+    b = barge()
+    b.on_words("oh", at=0.18)
+    assert b.decide(0.2, last_voiced_at=0.2, speaking=True).verdict is Verdict.WAIT
+    assert b.decide(0.25, last_voiced_at=0.25, speaking=True).verdict is Verdict.TALK_OVER
+    b.on_words("ok", at=0.46)
+    assert b.decide(0.5, last_voiced_at=0.5, speaking=True).verdict is Verdict.TALK_OVER
+    b.on_words("ok", final=True, at=0.64)
+    assert b.decide(0.65, last_voiced_at=0.6, speaking=False).verdict is Verdict.RESUME
+
+
+def test_an_oh_that_becomes_a_request_still_interrupts():
+    b = barge()
+    b.on_words("oh", at=0.1)
+    assert b.decide(0.2, last_voiced_at=0.2, speaking=True).verdict is Verdict.TALK_OVER
+    b.on_words("oh what are your opening hours", at=0.6)
+    assert b.decide(0.6, last_voiced_at=0.6, speaking=True).verdict is Verdict.TALK_OVER
+    d = b.decide(0.75, last_voiced_at=0.75, speaking=True)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "request"
+
+
 def test_a_voice_that_goes_on_after_an_acknowledgement_is_judged_from_its_first_onset():
     """ "oh okay" (prompt plays on), a gap, then the voice comes back with a request: the voice
     has lasted 900 ms since it began, so the request interrupts."""
