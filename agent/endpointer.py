@@ -4,7 +4,7 @@ Common voice agents wait 300-800 ms of silence before answering. Here the
 silence needed depends on what the caller has said so far:
 
 * the words already make a complete request (the dialogue has an intent for
-  them): a short silence (``complete_silence_ms``, default 40 ms) ends the turn;
+  them): a short silence (``complete_silence_ms``, default 30 ms) ends the turn;
 * the words end like an unfinished phrase ("I would like to", "my account
   and"): wait much longer (``continuation_silence_ms``);
 * anything else: ``incomplete_silence_ms``.
@@ -73,7 +73,7 @@ def is_acknowledgement(text: str) -> bool:
 
 @dataclass(frozen=True)
 class EndpointerConfig:
-    complete_silence_ms: int = 40
+    complete_silence_ms: int = 30
     incomplete_silence_ms: int = 800
     continuation_silence_ms: int = 1400
     #: a turn needs this much speech before it can end on meaning alone

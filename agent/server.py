@@ -465,9 +465,12 @@ class AgentServer:
         variables["config.transfer_uri"] = self.config.transfer_uri
         dialogue = DialogueSession(admitted.dialplan, admitted.flow, variables,
                                    now=lambda: datetime.now(timezone.utc))
+        # The endpointer hears of a gap when the VAD reports it: no later than the shortest
+        # silence that may end a turn, or that silence would be waited for in vain.
+        vad_end_ms = min(self.config.media.speech_end_ms, self.config.endpointing.complete_silence_ms)
         settings = SessionSettings(
             frame_ms=self.config.media.frame_ms,
-            vad=VadConfig(start_ms=self.config.media.speech_start_ms, end_ms=self.config.media.speech_end_ms),
+            vad=VadConfig(start_ms=self.config.media.speech_start_ms, end_ms=vad_end_ms),
             stop_history_ms=self.config.speech.stop_history_ms,
             phrase_hints=self.config.speech.phrase_hints,
             first_prompt_delay_ms=self.config.media.first_prompt_delay_ms,

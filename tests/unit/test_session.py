@@ -107,7 +107,7 @@ class Harness:
         self.dialogue = DialogueSession(dialplan, "main", variables)
         self.ended = []
         self.session = CallSession("c1", self.dialogue, self.speech, self.control, self.reactor,
-                                   prompts=Prompts(), settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=40),
+                                   prompts=Prompts(), settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=30),
                                                             phrase_hints=phrase_hints),
                                    on_ended=self.ended.append, monotonic=lambda: self.now[0])
         self.heard: list[str] = []
@@ -446,21 +446,21 @@ def test_hangup_mid_prompt_cancels_synthesis_and_recognition():
 
 
 def test_complete_request_is_answered_after_a_short_silence():
-    """An interim that completes an intent lets the turn end 40 ms after the caller stops."""
+    """An interim that completes an intent lets the turn end 30 ms after the caller stops."""
     h = Harness()
     h.session.start()
     h.play_out()
     h.tick(20, caller=tone_frame())
     h.asr_interim("check my balance")
     h.tick(20, caller=tone_frame())
-    h.tick(3)
+    h.tick(2)
     assert not any(t.startswith("Your account balance") for t in h.said())
     h.tick(3)
     assert any(t.startswith("Your account balance") for t in h.said())
     turn = h.session.turns[-1]
     assert turn.caller_text == "check my balance"
-    # VAD end-of-speech and the endpointer both need 40 ms of silence; the reply starts on the next frame.
-    assert turn.latency_ms is not None and 35.0 <= turn.latency_ms <= 70.0, turn.latency_ms
+    # VAD end-of-speech and the endpointer both need 30 ms of silence; the reply starts on the next frame.
+    assert turn.latency_ms is not None and 25.0 <= turn.latency_ms <= 60.0, turn.latency_ms
 
 
 def test_unfinished_phrase_is_not_cut_during_a_500_ms_pause():
@@ -567,7 +567,7 @@ def test_an_interruption_with_a_pause_in_it_is_judged_whole():
     assert h.session.playout.paused
     h.asr_interim("what are your opening hours")
     assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
-    h.tick(10)  # the turn began at the first onset: a long request, answered after 40 ms
+    h.tick(10)  # the turn began at the first onset: a long request, answered after 30 ms
     assert any(t.startswith("We are open") for t in h.said()), h.said()
     assert h.session.turns[-1].caller_text.endswith("opening hours")
 
