@@ -123,8 +123,9 @@ class BargeIn:
 
     def revive(self) -> None:
         """The voice came back soon after this barge-in let the prompt resume: decide again,
-        counting from the first onset, on the words heard from now on (those before were
-        taken for an acknowledgement and set aside)."""
+        counting from the first onset, on the words given from now on (the session gives the
+        whole voice's words again; an acknowledgement among them must hold anew: "sure" before
+        the stop may have been the start of "check my balance")."""
         self.done = False
         self.resumed_at = None
         self.talking_over = False

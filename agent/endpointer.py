@@ -242,6 +242,14 @@ class TranscriptAssembler:
         self._interim = ""
         return text
 
+    def snapshot(self) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+        """The state, to :meth:`restore` (undoing a :meth:`consume` that proved premature)."""
+        return tuple(self._finals), self._interim, tuple(self._consumed)
+
+    def restore(self, state: tuple[tuple[str, ...], str, tuple[str, ...]]) -> None:
+        finals, self._interim, consumed = state
+        self._finals, self._consumed = list(finals), list(consumed)
+
     def reset(self) -> None:
         self._finals, self._interim, self._consumed = [], "", []
 

@@ -150,3 +150,15 @@ def test_assembler_reports_words_said_after_a_decision():
     a.consume()
     text, extra = a.on_final("check my balance and my savings")
     assert extra == ["and", "my", "savings"] and text == "and my savings"
+
+
+def test_assembler_restores_words_set_aside_too_soon():
+    """Words consumed when a barge-in let the prompt resume come back if the same voice does: a
+    revision of them ("oh" -> "ok") is then the voice's words, not dropped as already consumed."""
+    a = TranscriptAssembler()
+    a.on_interim("oh")
+    state = a.snapshot()
+    a.consume()
+    assert a.on_interim("ok") == ""
+    a.restore(state)
+    assert a.on_interim("ok") == "ok"

@@ -600,3 +600,28 @@ def test_the_first_prompt_waits_the_configured_delay():
     assert not h.session.playout.busy and h.said() == []
     h.tick(2)
     assert h.said()[0].startswith("Thank you for calling")
+
+
+def test_an_acknowledgement_with_a_stop_inside_keeps_its_words_when_the_voice_comes_back():
+    """ "o-kay": "oh" then a 80 ms stop (the "k") lets the prompt resume; the voice comes back and
+    the recogniser revises "oh" to "ok". The revived barge-in hears "ok", not nothing, and lets
+    the prompt play on while it is said instead of holding it paused until it ends."""
+    h = Harness()
+    h.session.start()
+    h.tick(120)
+    h.tick(18, caller=tone_frame())
+    h.asr_interim("oh")
+    h.tick(8)
+    assert not h.session.playout.paused and h.session.false_interruptions == 1
+    h.tick(4, caller=tone_frame())
+    assert h.session.playout.paused, "the voice is back: the same barge-in, paused again"
+    assert h.session._barge is not None and h.session._barge.text == "oh"
+    h.asr_interim("ok")
+    assert h.session._barge.text == "ok"
+    h.tick(8, caller=tone_frame())
+    assert not h.session.playout.paused, "an acknowledgement held 60 ms: the prompt plays on"
+    h.tick(10, caller=tone_frame())
+    h.tick(10)
+    assert h.session.barge_ins == 0
+    h.play_out()
+    assert not h.session.turns[0].agent_prompts[0]["interrupted"]
