@@ -11,6 +11,7 @@ caller's media clock thread, so the caller's jitter buffer is included).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import threading
 import time
@@ -369,8 +370,7 @@ def format_report(report: CallReport) -> str:
         lines.append(f"  {i:>2}  {t.caller[:32]:<32} {t.agent_text[:48]:<48} {lat:>9}")
     lat = [t.latency_ms for t in report.turns if t.latency_ms is not None]
     if lat:
-        lat.sort()
-        lines.append(f"  turn latency: median {lat[len(lat) // 2]:.0f} ms, worst {lat[-1]:.0f} ms "
+        lines.append(f"  turn latency: median {statistics.median(lat):.0f} ms, worst {max(lat):.0f} ms "
                      f"({len(lat)} turns; caller's last voiced frame out → agent's first voiced frame in)")
     if report.hung_up_by:
         lines.append(f"  hung up by: {report.hung_up_by}")
