@@ -24,8 +24,9 @@ plays on:
 * a voice that ends with none of that resumes the prompt where it paused.
   It has ended after ``resume_after_ms`` of quiet when it had an
   acknowledgement's words, after ``word_gap_ms`` when it had others (the stop
-  before a consonant), after ``no_words_gap_ms`` when it had none yet, after ``pause_ms`` when they were a request (people pause
-  inside a sentence); a voice longer than ``wait_final_after_ms`` first waits for
+  before a consonant), after ``no_words_gap_ms`` when it had none yet, after
+  ``pause_ms`` when they were a request (people pause inside a sentence); a
+  voice longer than ``wait_final_after_ms`` first waits for
   the recogniser's final words. If the voice comes back within ``rejoin_ms`` of
   the prompt resuming, the session revives the same barge-in
   (:meth:`BargeIn.revive`), so an interruption with a pause in it is judged whole.

@@ -193,7 +193,6 @@ class MediaPipeline:
             if missed:
                 self._metrics.media_deadline_misses.inc()
 
-
     def rearm_onset(self) -> None:
         """Let a voice that is still going on pause the prompt again (called from the reactor
         when a barge-in lets the prompt resume: if the voice was not over after all, the next
@@ -246,10 +245,9 @@ class CallSession:
         self.media.playout = self.playout
         self.media.on_onset = self._on_voice_onset
         self._barge: BargeIn | None = None
-        #: the last barge-in that let the prompt resume (a voice back soon continues it), and the
-        #: transcript before its words were set aside
-        self._resumed_barge: BargeIn | None = None
-        self._resumed_words: tuple[tuple[str, ...], str, tuple[str, ...]] | None = None
+        #: the last barge-in that let the prompt resume (a voice back soon continues it), with the
+        #: transcript as it was before its words were set aside
+        self._resumed: tuple[BargeIn, tuple[tuple[str, ...], str, tuple[str, ...]]] | None = None
         #: (text, forked dialogue, its actions, prepared audio by prompt text, synthesis streams)
         self._speculation: tuple[str, DialogueSession, list[Action], dict[str, list[bytes]],
                                  list[SynthesisStream]] | None = None
@@ -595,18 +593,16 @@ class CallSession:
             self._barge.on_voice_again()
             self._barge_check()
             return
-        recent, self._resumed_barge = self._resumed_barge, None
-        words, self._resumed_words = self._resumed_words, None
-        if recent is not None and recent.rejoins(started_at):
+        recent, self._resumed = self._resumed, None
+        if recent is not None and recent[0].rejoins(started_at):
             # Back soon after the prompt resumed: a pause inside one interruption, judged whole.
-            self._barge = recent
+            self._barge, words = recent
             self._barge.revive()
-            if words is not None:
-                # Its words are this voice's again: the recogniser is still in the same
-                # utterance and may revise them ("oh" becoming "ok"), which set aside would
-                # leave the barge-in with no words at all.
-                self.transcripts.restore(words)
-                self._barge.on_words(self.transcripts.text, at=self._monotonic())
+            # Its words are this voice's again: the recogniser is still in the same utterance and
+            # may revise them ("oh" becoming "ok"), which set aside would leave the barge-in with
+            # no words at all.
+            self.transcripts.restore(words)
+            self._barge.on_words(self.transcripts.text, at=self._monotonic())
             self.false_interruptions -= 1
             log.info("call {call_id} caller's voice is back: prompt paused", **self.log_fields)
             self._barge_check()
@@ -638,8 +634,7 @@ class CallSession:
             return
         if decision.verdict is Verdict.RESUME:
             self._barge = None
-            self._resumed_barge = barge
-            self._resumed_words = self.transcripts.snapshot()
+            self._resumed = (barge, self.transcripts.snapshot())
             self.media.rearm_onset()
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
             self.false_interruptions += 1
