@@ -17,7 +17,7 @@ plays on:
   recognisers turn acknowledgements into short random words, and a short
   "mm-hmm" heard as "an agent" must not transfer the call;
 * so does a voice that goes on for ``interruption_min_ms``, whatever the words;
-* words that are an acknowledgement ("uh-huh", "okay", "yeah", a held "oh"; not
+* words that are an acknowledgement ("uh-huh", "okay", "yeah", a held "oh" or "mm"; not
   a bare "um" or "uh", which as often begins a question) let the prompt
   play on at once, while the caller is still saying them (``TALK_OVER``); the
   voice is still watched and can still turn into an interruption;
@@ -44,10 +44,11 @@ from agent.endpointer import is_acknowledgement, is_backchannel, words
 
 #: words people use to stop someone talking: they take the turn however short the voice
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
-#: a bare "oh" is how the recogniser first hears "okay" (for ~300 ms of it), and an
-#: acknowledgement in itself: held as long as one must be, it lets the prompt play on like one
-#: (an "oh, what time ..." still takes the turn as a request, once longer than an acknowledgement)
-ACKNOWLEDGEMENT_ONSETS = frozenset({"oh"})
+#: a bare "oh" is how the recogniser first hears "okay" (for ~300 ms of it), a bare "mm" how it
+#: first hears "mm-hmm"; each is an acknowledgement in itself (unlike "um" or "uh"): held as long
+#: as one must be, it lets the prompt play on like one (an "oh, what time ..." still takes the
+#: turn as a request, once longer than an acknowledgement)
+ACKNOWLEDGEMENT_ONSETS = frozenset({"oh", "mm"})
 #: words that ask for something: they take the turn like a request does
 ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
 

@@ -62,6 +62,16 @@ def _core() -> ctypes.CDLL:
         lib.flite_text_to_wave.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
         lib.delete_wave.restype = None
         lib.delete_wave.argtypes = [ctypes.POINTER(_CstWave)]
+        lib.flite_synth_phones.restype = ctypes.c_void_p
+        lib.flite_synth_phones.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        lib.utt_wave.restype = ctypes.POINTER(_CstWave)
+        lib.utt_wave.argtypes = [ctypes.c_void_p]
+        lib.delete_utterance.restype = None
+        lib.delete_utterance.argtypes = [ctypes.c_void_p]
+        lib.get_param_float.restype = ctypes.c_float
+        lib.get_param_float.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_float]
+        lib.feat_set_float.restype = None
+        lib.feat_set_float.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_float]
         lib.flite_init()
         _flite = lib
     return _flite
@@ -116,12 +126,52 @@ def synthesize(text: str, voice: str = DEFAULT_VOICE) -> tuple[bytes, int]:
         if not wave_ptr:
             raise RuntimeError(f"flite_text_to_wave failed for voice {voice!r}")
         try:
-            wave = wave_ptr.contents
-            if wave.num_channels not in (0, 1):
-                raise RuntimeError(f"flite returned {wave.num_channels} channels, expected mono")
-            count = max(0, wave.num_samples)
-            rate = int(wave.sample_rate)
-            pcm = ctypes.string_at(wave.samples, count * 2) if count and wave.samples else b""
+            return _copy(wave_ptr.contents)
         finally:
             lib.delete_wave(wave_ptr)
-    return pcm, rate
+
+
+#: the phones of flite's US English voices (CMU ARPAbet, lower case, and ``pau``)
+PHONES = frozenset("""aa ae ah ao aw ax axr ay b ch d dh eh er ey f g hh ih iy jh k l m n ng ow oy p r s sh
+t th uh uw v w y z zh pau""".split())
+
+
+def synthesize_phones(phones: str, voice: str = DEFAULT_VOICE, stretch: float = 1.0) -> tuple[bytes, int]:
+    """Synthesize a string of phones ("pau m hh m pau"), for sounds flite's lexicon has no
+    word for (it reads "mm-hmm" as the letters M-M-H-M-M); *stretch* scales the phones'
+    durations (flite's ``duration_stretch``). Returns what :func:`synthesize` does. A phone
+    outside :data:`PHONES` raises ``ValueError`` (flite itself would exit the process)."""
+    seq = phones.split()
+    unknown = sorted(set(seq) - PHONES)
+    if not seq or unknown:
+        raise ValueError(f"expected flite phones ({' '.join(sorted(PHONES))}), got {phones!r}")
+    if not 0.2 <= stretch <= 5.0:
+        raise ValueError(f"expected a duration stretch between 0.2 and 5, got {stretch}")
+    with _FLITE_LOCK:
+        lib = _core()
+        vox = _voice(voice)
+        # cst_voice is {const char *name; cst_features *features; ...}
+        features = ctypes.c_void_p.from_address(vox.value + ctypes.sizeof(ctypes.c_void_p))
+        before = lib.get_param_float(features, b"duration_stretch", ctypes.c_float(1.0))
+        lib.feat_set_float(features, b"duration_stretch", ctypes.c_float(stretch))
+        try:
+            utt = lib.flite_synth_phones(phones.encode("ascii"), vox)
+        finally:
+            lib.feat_set_float(features, b"duration_stretch", ctypes.c_float(before))
+        if not utt:
+            raise RuntimeError(f"flite could not synthesize the phones {phones!r} with voice {voice!r}")
+        try:
+            wave_ptr = lib.utt_wave(utt)
+            if not wave_ptr:
+                raise RuntimeError(f"flite made no audio of the phones {phones!r}")
+            return _copy(wave_ptr.contents)
+        finally:
+            lib.delete_utterance(utt)
+
+
+def _copy(wave: _CstWave) -> tuple[bytes, int]:
+    if wave.num_channels not in (0, 1):
+        raise RuntimeError(f"flite returned {wave.num_channels} channels, expected mono")
+    count = max(0, wave.num_samples)
+    pcm = ctypes.string_at(wave.samples, count * 2) if count and wave.samples else b""
+    return pcm, int(wave.sample_rate)

@@ -142,6 +142,16 @@ def test_a_held_oh_lets_the_prompt_play_on_as_okay_usually_follows():
     assert b.decide(0.65, last_voiced_at=0.6, speaking=False).verdict is Verdict.RESUME
 
 
+def test_a_held_mm_lets_the_prompt_play_on_as_mm_hmm_does():
+    """ "mm-hmm" is heard as "mm" for most of it, "mhm" only at its end."""
+    b = barge()
+    b.on_words("mm", at=0.18)
+    assert b.decide(0.2, last_voiced_at=0.2, speaking=True).verdict is Verdict.WAIT
+    assert b.decide(0.25, last_voiced_at=0.25, speaking=True).verdict is Verdict.TALK_OVER
+    b.on_words("mhm", final=True, at=0.5)
+    assert b.decide(0.55, last_voiced_at=0.48, speaking=False).verdict is Verdict.RESUME
+
+
 def test_an_oh_that_becomes_a_request_still_interrupts():
     b = barge()
     b.on_words("oh", at=0.1)

@@ -73,12 +73,12 @@ def test_first_prompt_delay_defaults_to_200_ms_and_must_not_be_negative(tmp_path
         load_config(str(p))
 
 
-def test_jitter_buffer_is_capped_at_60_ms_unless_configured(tmp_path):
+def test_jitter_buffer_is_capped_at_40_ms_unless_configured(tmp_path):
     """The cap holds by default and when other jitter buffer keys are set; -1 gives pjmedia's own."""
-    assert load_config(None).media.jb_max_ms == 60
+    assert load_config(None).media.jb_max_ms == 40
     p = tmp_path / "c.yaml"
     p.write_text("media:\n  jitter_buffer:\n    init_ms: 0\n")
     m = load_config(str(p)).media
-    assert (m.jb_init_ms, m.jb_max_ms) == (0, 60)
+    assert (m.jb_init_ms, m.jb_max_ms) == (0, 40)
     p.write_text("media:\n  jitter_buffer:\n    max_ms: -1\n")
     assert load_config(str(p)).media.jb_max_ms == -1

@@ -117,3 +117,22 @@ def test_g711_round_trip_stays_close() -> None:
         back = array.array("h", decode(coded))
         orig = array.array("h", samples)
         assert max(abs(a - b) for a, b in zip(orig, back)) < 300
+
+
+def test_phones_are_synthesized_and_stretched_without_changing_the_voice() -> None:
+    """A phone string ("mm-hmm", which flite's lexicon would spell out) becomes speech; the
+    stretch lengthens it and is undone afterwards, so later text keeps the voice's own pace."""
+    before, rate = flite.synthesize("Check my balance.")
+    plain, _ = flite.synthesize_phones("pau m hh ax m pau")
+    slow, _ = flite.synthesize_phones("pau m hh ax m pau", stretch=2.0)
+    assert 0.2 < _duration_s(plain, rate) < 1.5
+    assert _duration_s(slow, rate) > 1.5 * _duration_s(plain, rate)
+    assert audio_util.rms_dbfs(plain) > -45.0
+    assert flite.synthesize("Check my balance.")[0] == before
+
+
+@pytest.mark.parametrize("phones", ["", "pau zz pau", "m hh m; rm"])
+def test_unknown_phones_are_a_value_error_not_a_dead_process(phones: str) -> None:
+    """flite exits the process on a phone it does not know: they are checked first."""
+    with pytest.raises(ValueError, match="expected flite phones"):
+        flite.synthesize_phones(phones, "awb")
