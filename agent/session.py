@@ -142,7 +142,8 @@ class MediaPipeline:
         #: the clock thread then pauses *playout* the moment a voice starts
         self.barge_armed = False
         self.playout: PlayoutBuffer | None = None
-        self.onset_periodic_ms = 30.0
+        #: this much periodic sound in a row (consecutive frames) is a voice's onset
+        self.onset_periodic_ms = 20.0
         self._meter = PeriodicityMeter()
         self._frame_ms = float(frame_ms)
         self._run_ms = 0.0
@@ -169,6 +170,7 @@ class MediaPipeline:
             self.last_voiced_at = now
             self._voice_onset(pcm, now)
         else:
+            self._periodic_ms = 0.0
             self._gap_ms += self._frame_ms
             if self._gap_ms >= 60.0:
                 self._run_ms = self._periodic_ms = 0.0
@@ -196,7 +198,7 @@ class MediaPipeline:
     def rearm_onset(self) -> None:
         """Let a voice that is still going on pause the prompt again (called from the reactor
         when a barge-in lets the prompt resume: if the voice was not over after all, the next
-        30 ms of it pause the prompt at once)."""
+        20 ms of it pause the prompt at once)."""
         self._periodic_ms = 0.0
         self._onset_sent = False
 
@@ -210,6 +212,8 @@ class MediaPipeline:
             return
         if self._meter.feed(pcm) >= PERIODIC_VOICE:
             self._periodic_ms += self._frame_ms
+        else:
+            self._periodic_ms = 0.0
         if self._periodic_ms >= self.onset_periodic_ms:
             self._onset_sent = True
             paused = self.barge_armed and self.playout is not None and self.playout.pause()

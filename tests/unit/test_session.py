@@ -198,7 +198,7 @@ def noise_frame(seed: int) -> bytes:
 
 
 def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
-    """Barge-in: 30 ms of voice pauses the prompt; an interrupting word ("wait") makes it an
+    """Barge-in: 20 ms of voice pauses the prompt; an interrupting word ("wait") makes it an
     interruption at once."""
     h = Harness()
     h.session.start()
@@ -267,6 +267,31 @@ def test_a_noise_burst_does_not_pause_the_prompt():
         assert not h.session.playout.paused
     h.tick(30)
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 0
+
+
+def test_periodic_frames_scattered_in_a_noise_do_not_pause_the_prompt_two_in_a_row_do():
+    """The onset needs periodic frames in a row: a loud noise that looks periodic in one frame
+    out of two leaves the prompt playing (counted in total, 30 ms of it would have paused it);
+    two periodic frames in a row pause it."""
+
+    class ScriptedMeter:
+        def __init__(self, values):
+            self.values = list(values)
+
+        def feed(self, pcm):
+            return self.values.pop(0)
+
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    h.session.media._meter = ScriptedMeter([0.9, 0.1] * 4 + [0.9, 0.9])
+    for _ in range(8):
+        h.tick(1, caller=noise_frame(1))
+        assert not h.session.playout.paused
+    h.tick(1, caller=noise_frame(2))
+    assert not h.session.playout.paused
+    h.tick(1, caller=noise_frame(3))
+    assert h.session.playout.paused
 
 
 def test_a_request_over_a_prompt_interrupts_once_the_voice_outlasts_an_acknowledgement():
