@@ -38,7 +38,7 @@ class MediaSettings:
     jb_max_pre_ms: int = -1
     #: the most audio the jitter buffer holds: a cap on the delay it adds. Loopback SIPp at four
     #: calls on two cores let pjmedia's adaptive buffer grow to 100-120 ms (turn latency p95
-    #: 160 ms); capped at 60 ms it held 23-37 ms on average, at 40 ms 21-26 ms, dropping 8-34
+    #: 160 ms); capped at 60 ms it held 23-37 ms on average, at 40 ms 21-30 ms, dropping 4-34
     #: frames of 10 ms per 90 s call (1-2 %; every turn of the bench still recognised)
     jb_max_ms: int = 40
     #: voiced audio that counts as the caller starting to speak (and interrupting)

@@ -173,7 +173,7 @@ class MediaPipeline:
             self._periodic_ms = 0.0
             self._gap_ms += self._frame_ms
             if self._gap_ms >= 60.0:
-                self._run_ms = self._periodic_ms = 0.0
+                self._run_ms = 0.0
                 self._onset_sent = False
         recorder = self.recorder
         if recorder is not None:
