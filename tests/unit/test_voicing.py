@@ -34,7 +34,7 @@ def test_a_voiced_sound_with_a_pitch_is_periodic() -> None:
 def test_a_rumble_below_the_pitch_range_is_not_a_pitch() -> None:
     """A 30 Hz rumble correlates with itself most over the shortest lags of the pitch range and
     less at each longer one: its largest value is at the range's edge, so it is no pitch (taken
-    as the range's maximum, it would read 0.97)."""
+    as the range's maximum, it would read 0.95)."""
     rumble = [8000 * math.sin(2 * math.pi * 30 * i / RATE) for i in range(RATE * 50 // 1000)]
     assert last_periodicity(rumble) == 0.0
 
