@@ -199,6 +199,10 @@ class TurnEndpointer:
         return cached
 
 
+#: what :meth:`TranscriptAssembler.snapshot` returns: finals, interim, consumed words
+TranscriptState = tuple[tuple[str, ...], str, tuple[str, ...]]
+
+
 class TranscriptAssembler:
     """The text of the caller's current turn, from a recogniser's streaming results.
 
@@ -242,11 +246,11 @@ class TranscriptAssembler:
         self._interim = ""
         return text
 
-    def snapshot(self) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+    def snapshot(self) -> TranscriptState:
         """The state, to :meth:`restore` (undoing a :meth:`consume` that proved premature)."""
         return tuple(self._finals), self._interim, tuple(self._consumed)
 
-    def restore(self, state: tuple[tuple[str, ...], str, tuple[str, ...]]) -> None:
+    def restore(self, state: TranscriptState) -> None:
         finals, self._interim, consumed = state
         self._finals, self._consumed = list(finals), list(consumed)
 

@@ -33,7 +33,7 @@ from agent.dialogue import (
 from agent.audio_util import StreamResampler
 from agent.bargein import BargeIn, BargeInConfig, Verdict
 from agent.endpointer import (
-    EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel,
+    EndOfTurn, EndpointerConfig, TranscriptAssembler, TranscriptState, TurnEndpointer, is_backchannel,
 )
 from agent.metrics import AgentMetrics
 from agent.speech import RecognitionOptions
@@ -251,7 +251,7 @@ class CallSession:
         self._barge: BargeIn | None = None
         #: the last barge-in that let the prompt resume (a voice back soon continues it), with the
         #: transcript as it was before its words were set aside
-        self._resumed: tuple[BargeIn, tuple[tuple[str, ...], str, tuple[str, ...]]] | None = None
+        self._resumed: tuple[BargeIn, TranscriptState] | None = None
         #: (text, forked dialogue, its actions, prepared audio by prompt text, synthesis streams)
         self._speculation: tuple[str, DialogueSession, list[Action], dict[str, list[bytes]],
                                  list[SynthesisStream]] | None = None

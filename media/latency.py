@@ -296,6 +296,10 @@ class PlayedItem:
     voiced_end_s: float
     pauses: tuple[tuple[float, float], ...] = ()
 
+    def in_pause(self, t: float) -> bool:
+        """Is *t* inside one of the turn's designed pauses?"""
+        return any(a <= t < b for a, b in self.pauses)
+
 
 @dataclass(frozen=True)
 class ItemOutcome:
@@ -385,7 +389,7 @@ def score_items(items: Sequence[PlayedItem], agent_voiced: Sequence[float],
                 continue
             first = _first_after(agent, it.onset_s)
             if first is not None and first < it.voiced_end_s - params.overlap_ms / 1000.0:
-                where = "in a pause" if any(a <= first < b for a, b in it.pauses) else "while the caller talked"
+                where = "in a pause" if it.in_pause(first) else "while the caller talked"
                 out.append(ItemOutcome(it, "cut_in", (first - it.voiced_end_s) * 1000.0,
                                        detail=f"agent started {where}, "
                                               f"{(it.voiced_end_s - first) * 1000:.0f} ms before the turn's end"))

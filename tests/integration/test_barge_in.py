@@ -13,7 +13,8 @@ import pytest
 from agent.latency_report import timelines
 from media.latency import ScoreParams, score_items
 from tests.integration.conftest import AgentProcess
-from tests.integration.test_latency_report import load_bench, play_steps
+from tests.bench import load_bench
+from tests.integration.test_latency_report import play_steps
 
 pytestmark = pytest.mark.integration
 

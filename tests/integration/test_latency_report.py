@@ -10,20 +10,18 @@ that ``latency-report`` (in-process and the CLI) and the bench's scoring
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import subprocess
-import sys
 import warnings
-from importlib.machinery import SourceFileLoader
 
 import pytest
 
 from agent.latency_report import timelines
 from media.latency import AGENT_GAP_MS, score_items, wav_data
 from media.pcap import read_udp, rtp_streams
+from tests.bench import load_bench
 from tests.integration.conftest import ROOT, OPENCLAW, AgentProcess, Capture, free_port, run_sipp
 
 with warnings.catch_warnings():
@@ -35,18 +33,6 @@ pytestmark = pytest.mark.integration
 CORPUS = os.path.join(ROOT, "ops", "bench", "corpus")
 FILE = "interruption-check-my-balance-awb"
 PLAY_AT_MS = 3000
-
-
-def load_bench():  # type: ignore[no-untyped-def]
-    """ops/bench/turn-latency as a module (it is a script without .py)."""
-    path = os.path.join(ROOT, "ops", "bench", "turn-latency")
-    loader = SourceFileLoader("turn_latency_bench", path)
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module   # dataclasses look their module up while the class is made
-    loader.exec_module(module)
-    return module
 
 
 def play_steps(bench, agent: AgentProcess, tmp_path, steps, *, tail_ms: int,  # type: ignore[no-untyped-def]

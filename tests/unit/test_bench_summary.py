@@ -1,24 +1,8 @@
 """ops/bench/turn-latency's summary: where the agent cut in on a paused turn."""
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-from importlib.machinery import SourceFileLoader
-
 from media.latency import ItemOutcome, PlayedItem
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def load_bench():  # type: ignore[no-untyped-def]
-    loader = SourceFileLoader("turn_latency_bench_unit", os.path.join(ROOT, "ops", "bench", "turn-latency"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module
-    loader.exec_module(module)
-    return module
+from tests.bench import load_bench
 
 
 def paused(index: int, outcome: str, latency_ms: float) -> ItemOutcome:
