@@ -31,6 +31,13 @@ plays on:
   the prompt resuming, the session revives the same barge-in
   (:meth:`BargeIn.revive`), so an interruption with a pause in it is judged whole.
 
+A voice that starts within ``tail_ms`` of the caller's last words, just after
+the agent took the turn, is not a reaction to the reply: it is the caller
+finishing their own turn ("check my balance | please", after the stop before
+the "p"). The reply is not paused for it; the barge-in starts out talking over
+it and still stops the reply if its words interrupt or it goes on longer than
+an acknowledgement.
+
 The class is pure: it is fed timestamps and words and answers with a
 :class:`Decision`; the session owns the timers and the playout.
 """
@@ -79,6 +86,12 @@ class BargeInConfig:
     no_words_gap_ms: int = 200
     #: a voice that comes back this soon after the prompt resumed continues the same barge-in
     rejoin_ms: int = 400
+    #: a voice that starts this soon after the caller's last words, once the agent has taken the
+    #: turn, is the caller finishing it ("check my balance | please"): too soon to be a reaction
+    #: to the reply (whose first sound reaches the caller some 100 ms after those words; people
+    #: take 200 ms or more to answer what they hear). The reply plays on over it while its words
+    #: are watched like an acknowledgement's, instead of stopping in its first syllable
+    tail_ms: int = 250
 
 
 class Verdict(enum.Enum):
@@ -105,15 +118,19 @@ class BargeIn:
     """
 
     def __init__(self, started_at: float, is_request: Callable[[str], bool],
-                 config: BargeInConfig | None = None) -> None:
+                 config: BargeInConfig | None = None, tail: bool = False) -> None:
+        """*tail*: the voice is the caller finishing the turn the agent has just answered (see
+        ``BargeInConfig.tail_ms``); the reply was not paused for it and plays on over it unless
+        its words interrupt or it goes on longer than an acknowledgement."""
         self.started_at = started_at
         self.config = config or BargeInConfig()
         self._is_request = is_request
         self.text = ""
         self._text_since = started_at
         self.final = False
-        #: the prompt plays again over an acknowledgement that is still being said
-        self.talking_over = False
+        self.tail = tail
+        #: the prompt plays (again) over an acknowledgement that is still being said
+        self.talking_over = tail
         self.done = False
         #: when the verdict let the prompt resume (RESUME)
         self.resumed_at: float | None = None
@@ -130,6 +147,7 @@ class BargeIn:
         the stop may have been the start of "check my balance")."""
         self.done = False
         self.resumed_at = None
+        self.tail = False
         self.talking_over = False
         self.text = ""
         self.final = False

@@ -144,6 +144,9 @@ class MediaPipeline:
         self.playout: PlayoutBuffer | None = None
         #: this much periodic sound in a row (consecutive frames) is a voice's onset
         self.onset_periodic_ms = 20.0
+        #: a voice starting before this (time.monotonic()) is the caller finishing the turn the
+        #: agent has just taken: its onset does not pause the reply (``BargeInConfig.tail_ms``)
+        self.tail_until = 0.0
         self._meter = PeriodicityMeter()
         self._frame_ms = float(frame_ms)
         self._run_ms = 0.0
@@ -216,7 +219,8 @@ class MediaPipeline:
             self._periodic_ms = 0.0
         if self._periodic_ms >= self.onset_periodic_ms:
             self._onset_sent = True
-            paused = self.barge_armed and self.playout is not None and self.playout.pause()
+            paused = (self.barge_armed and self._run_started_at >= self.tail_until
+                      and self.playout is not None and self.playout.pause())
             if self.on_onset is not None:
                 self._reactor.callFromThread(self.on_onset, self._run_started_at, paused)
 
@@ -283,6 +287,7 @@ class CallSession:
         self._speech_started_at: float | None = None
         self._last_speech_end: float | None = None
         self.cut_ins = 0
+        self._cut_in_noted = False
         self._awaiting_reply_since: float | None = None
         self._awaiting_trigger = "speech"
         self.turns: list[Turn] = []
@@ -431,13 +436,9 @@ class CallSession:
                  **self.log_fields)
         if self._metrics and self._last_speech_end is not None:
             self._metrics.asr_final_lag.observe(max(0.0, self._monotonic() - self._last_speech_end))
-        if extra and self._decided_at is not None:
+        if extra:
             # The caller went on talking after the agent had taken the turn.
-            self.cut_ins += 1
-            if self._metrics:
-                self._metrics.cut_ins.inc()
-            log.info("call {call_id} cut-in: caller added {extra!r} after the turn was taken",
-                     extra=" ".join(extra), **self.log_fields)
+            self._note_cut_in(" ".join(extra))
         if self._barge is not None:
             self._barge.on_words(turn_text, final=True, at=self._monotonic())
             self._barge_check()
@@ -472,6 +473,8 @@ class CallSession:
                  "{text!r}", reason=decision.reason, silence=decision.decided_ms - decision.speech_end_ms,
                  speech=decision.speech_ms, text=decision.text, **self.log_fields)
         self._decided_at = decision.decided_ms / 1000.0
+        self._cut_in_noted = False
+        self.media.tail_until = (decision.speech_end_ms + self.settings.barge_in.tail_ms) / 1000.0
         spec, self._speculation = self._speculation, None
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_ms / 1000.0)
         if spec is not None and spec[0] == decision.text:
@@ -587,7 +590,11 @@ class CallSession:
 
     def _on_voice_onset(self, started_at: float, paused: bool) -> None:
         """A voice began (clock thread has already paused an interruptible prompt if *paused*)."""
-        if self.ended or not paused:
+        if self.ended:
+            return
+        if not paused:
+            if started_at < self.media.tail_until and isinstance(self._current, Say):
+                self._on_turn_tail(started_at)
             return
         if not isinstance(self._current, Say):
             self.playout.resume()
@@ -601,13 +608,14 @@ class CallSession:
         if recent is not None and recent[0].rejoins(started_at):
             # Back soon after the prompt resumed: a pause inside one interruption, judged whole.
             self._barge, words = recent
+            counted = not self._barge.tail  # a tail's end was not counted as a false interruption
             self._barge.revive()
             # Its words are this voice's again: the recogniser is still in the same utterance and
             # may revise them ("oh" becoming "ok"), which set aside would leave the barge-in with
             # no words at all.
             self.transcripts.restore(words)
             self._barge.on_words(self.transcripts.text, at=self._monotonic())
-            self.false_interruptions -= 1
+            self.false_interruptions -= counted
             log.info("call {call_id} caller's voice is back: prompt paused", **self.log_fields)
             self._barge_check()
             return
@@ -616,6 +624,27 @@ class CallSession:
             self._metrics.barge_in_decision.observe(max(0.0, self._monotonic() - started_at))
         log.info("call {call_id} caller's voice: prompt paused", **self.log_fields)
         self._barge_check()
+
+    def _on_turn_tail(self, started_at: float) -> None:
+        """The caller went on talking just after the agent took the turn and began its reply."""
+        self._note_cut_in()
+        if not self.media.barge_armed or self._barge is not None:
+            return
+        self._barge = BargeIn(started_at, self._is_complete, self.settings.barge_in, tail=True)
+        self._barge.on_words(self.transcripts.text, at=self._monotonic())
+        log.info("call {call_id} caller went on talking as the reply began: reply plays on", **self.log_fields)
+        self._barge_check()
+
+    def _note_cut_in(self, extra: str = "") -> None:
+        """Count, once per turn taken, the caller talking on after the agent took the turn."""
+        if self._cut_in_noted or self._decided_at is None:
+            return
+        self._cut_in_noted = True
+        self.cut_ins += 1
+        if self._metrics:
+            self._metrics.cut_ins.inc()
+        log.info("call {call_id} cut-in: caller went on talking{extra} after the turn was taken",
+                 extra=f" ({extra!r})" if extra else "", **self.log_fields)
 
     def _schedule_barge_check(self, delay_s: float) -> None:
         self._cancel_barge_check()
@@ -641,9 +670,14 @@ class CallSession:
             self._resumed = (barge, self.transcripts.snapshot())
             self.media.rearm_onset()
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
-            self.false_interruptions += 1
             self.transcripts.consume()  # its words are not part of the caller's next turn
             self.playout.resume()
+            if barge.tail:
+                # Never paused for: the end of the caller's own turn, counted as a cut-in.
+                log.info("call {call_id} caller's {ms:.0f} ms ({text!r}) after the turn was taken did not "
+                         "interrupt; reply played on", ms=spoke_ms, text=barge.text, **self.log_fields)
+                return
+            self.false_interruptions += 1
             if self._metrics:
                 self._metrics.barge_in_outcomes.labels("resumed").inc()
             log.info("call {call_id} caller's {ms:.0f} ms of voice ({text!r}) did not interrupt; prompt "

@@ -19,3 +19,21 @@ def test_cut_ins_are_split_into_the_designed_pause_and_later():
     s = bench.summarise([bench.CallResult(1, "c1", 0.0, outcomes)])
     assert (s["paused_turns"], s["cut_ins"], s["cut_ins_in_pause"]) == (3, 2, 1)
     assert s["targets"]["cut_in_rate"] is False
+
+
+def test_a_cut_in_after_the_request_was_made_is_a_tail_overlap_not_a_premature_cut_in():
+    """The agent answered the intent the turn was played for and the caller then added a word:
+    reported as a tail overlap, outside the target's count. In the pause, or when the agent
+    acted on something else (or the call record's intents do not pair up), it is premature."""
+    bench = load_bench()
+    outcomes = [paused(0, "cut_in", -1000.0), paused(1, "cut_in", -400.0), paused(2, "cut_in", -300.0),
+                paused(3, "turn", 80.0)]
+    answered = {0: True, 1: True, 2: False, 3: True}
+    s = bench.summarise([bench.CallResult(1, "c1", 0.0, outcomes, answered_as_asked=answered)])
+    assert (s["cut_ins"], s["cut_ins_in_pause"], s["tail_overlaps"]) == (3, 1, 1)
+    assert s["targets"]["cut_in_rate"] is False  # 2 of 4 premature
+    ok = [paused(0, "turn", 80.0), *[paused(k, "turn", 90.0) for k in range(1, 40)], paused(40, "cut_in", -400.0)]
+    s = bench.summarise([bench.CallResult(1, "c1", 0.0, ok, answered_as_asked={40: True})])
+    assert (s["cut_ins"], s["tail_overlaps"]) == (1, 1) and s["targets"]["cut_in_rate"] is True
+    s = bench.summarise([bench.CallResult(1, "c1", 0.0, ok)])  # intents not paired: premature
+    assert s["tail_overlaps"] == 0 and s["targets"]["cut_in_rate"] is True  # 1 of 41 = 2.4 %

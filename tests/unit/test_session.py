@@ -517,6 +517,65 @@ def test_words_added_after_the_turn_was_taken_count_as_a_cut_in():
     assert h.session.cut_ins == 1
 
 
+def _answer_then_go_on(h: Harness, gap_frames: int) -> None:
+    """The caller asks for the balance; the reply starts after the short silence; the caller's
+    voice comes back *gap_frames* x 10 ms after their last words."""
+    h.session.start()
+    h.play_out()
+    h.tick(20, caller=tone_frame())
+    h.asr_interim("check my balance")
+    h.tick(20, caller=tone_frame())
+    h.tick(gap_frames)
+    assert h.said()[-1].startswith("Your account balance")
+    assert not h.session.playout.paused
+
+
+def test_a_word_added_just_after_the_turn_was_taken_is_a_cut_in_the_reply_plays_on_over():
+    """ "check my balance | please": the "please" starts 70 ms after "balance", after the reply
+    began -- too soon to be a reaction to it. The reply is not paused for it (a prompt stopping
+    in its first syllable for half a second); the cut-in is counted once."""
+    h = Harness()
+    _answer_then_go_on(h, gap_frames=7)
+    reply = h.said()[-1]
+    for _ in range(30):
+        h.tick(1, caller=tone_frame())
+        assert not h.session.playout.paused
+    h.asr_interim("check my balance please")
+    h.tick(30)
+    h.asr_final("check my balance please")
+    assert not h.session.playout.paused
+    assert h.session.cut_ins == 1  # the final's extra word is the same cut-in
+    assert h.session.false_interruptions == 0 and h.session.barge_ins == 0
+    h.play_out()
+    record = next(p for t in h.session.turns for p in t.agent_prompts if p["text"] == reply)
+    assert not record["interrupted"] and record["played_ms"] == record["total_ms"]
+    assert h.said()[-1].startswith("Is there anything else")
+
+
+def test_a_voice_well_after_the_turn_was_taken_pauses_the_reply_as_a_barge_in():
+    """Past the tail window (250 ms after the caller's last words) a voice over the reply is a
+    reaction to it: the reply pauses at its onset as any barge-in, and it is not a cut-in."""
+    h = Harness()
+    _answer_then_go_on(h, gap_frames=30)
+    h.tick(3, caller=tone_frame())
+    assert h.session.playout.paused
+    assert h.session.cut_ins == 0
+
+
+def test_a_tail_that_goes_on_into_a_new_request_still_stops_the_reply():
+    """The reply plays on over words added to the turn only while they could be an
+    acknowledgement: a new request that outlasts one stops it and is answered."""
+    h = Harness()
+    _answer_then_go_on(h, gap_frames=7)
+    h.tick(40, caller=tone_frame())
+    h.asr_interim("check my balance and what are your opening hours")
+    assert not h.session.playout.paused and h.session.barge_ins == 0
+    h.tick(40, caller=tone_frame())
+    assert h.session.barge_ins == 1 and h.session.cut_ins == 1
+    h.tick(10)
+    assert h.said()[-1].startswith("We are open")
+
+
 def test_reply_is_prepared_while_the_silence_is_confirmed():
     """A complete request seen mid-speech is answered from the speculative state; a request
     that changes before the turn ends throws the speculation away."""
