@@ -17,6 +17,11 @@ import numpy as np
 
 from media.frames import SAMPLE_RATE_HZ
 
+#: where a sibilant ("s", "sh", the "ch" of "check") has its energy in a telephone band, and the
+#: band below it where a voice's, a cough's and most noise's energy is (Hz)
+SIBILANT_BAND_HZ = (2500.0, 3800.0)
+LOW_BAND_HZ = (100.0, 2000.0)
+
 
 class PeriodicityMeter:
     """Feed consecutive frames; :meth:`feed` returns the periodicity (0..1) of the latest window."""
@@ -30,6 +35,12 @@ class PeriodicityMeter:
         self._nfft = 1 << (2 * self._n - 1).bit_length()
         # Unbias: lag k sums n-k products.
         self._scale = self._n / (self._n - np.arange(self._kmin, self._kmax + 1))
+        freqs = np.fft.rfftfreq(self._nfft, 1.0 / sample_rate_hz)
+        self._high = (freqs >= SIBILANT_BAND_HZ[0]) & (freqs <= SIBILANT_BAND_HZ[1])
+        self._low = (freqs >= LOW_BAND_HZ[0]) & (freqs <= LOW_BAND_HZ[1])
+        #: energy of the sibilant band over the low band (dB) in the latest window, from the same
+        #: spectrum: a sibilant 5-14 dB, white noise -9..+1, pink noise, coughs and vowels far below
+        self.sibilance_db = -np.inf
 
     def feed(self, pcm: bytes) -> float:
         x = np.frombuffer(pcm, dtype="<i2").astype(np.float64)
@@ -43,8 +54,11 @@ class PeriodicityMeter:
         x = x - x.mean()
         energy = float(np.dot(x, x))
         if energy < 1e-3 * len(x):
+            self.sibilance_db = -np.inf
             return 0.0
         spec = np.fft.rfft(x, self._nfft)
+        power = spec.real ** 2 + spec.imag ** 2
+        self.sibilance_db = float(10.0 * np.log10((power[self._high].sum() + 1e-9) / (power[self._low].sum() + 1e-9)))
         ac = np.fft.irfft(spec * np.conj(spec), self._nfft)[: self._kmax + 1]
         r = ac[self._kmin: self._kmax + 1] / ac[0] * self._scale
         peak = int(r.argmax())

@@ -29,11 +29,22 @@ def test_a_cut_in_after_the_request_was_made_is_a_tail_overlap_not_a_premature_c
     outcomes = [paused(0, "cut_in", -1000.0), paused(1, "cut_in", -400.0), paused(2, "cut_in", -300.0),
                 paused(3, "turn", 80.0)]
     answered = {0: True, 1: True, 2: False, 3: True}
-    s = bench.summarise([bench.CallResult(1, "c1", 0.0, outcomes, answered_as_asked=answered)])
+    gaps = {0: True, 1: True, 2: True}
+    s = bench.summarise([bench.CallResult(1, "c1", 0.0, outcomes, answered_as_asked=answered, cut_in_in_gap=gaps)])
     assert (s["cut_ins"], s["cut_ins_in_pause"], s["tail_overlaps"]) == (3, 1, 1)
     assert s["targets"]["cut_in_rate"] is False  # 2 of 4 premature
+    s = bench.summarise([bench.CallResult(1, "c1", 0.0, outcomes, answered_as_asked=answered,
+                                          cut_in_in_gap={1: False})])  # started inside the caller's sound
+    assert s["tail_overlaps"] == 0
     ok = [paused(0, "turn", 80.0), *[paused(k, "turn", 90.0) for k in range(1, 40)], paused(40, "cut_in", -400.0)]
-    s = bench.summarise([bench.CallResult(1, "c1", 0.0, ok, answered_as_asked={40: True})])
+    s = bench.summarise([bench.CallResult(1, "c1", 0.0, ok, answered_as_asked={40: True}, cut_in_in_gap={40: True})])
     assert (s["cut_ins"], s["tail_overlaps"]) == (1, 1) and s["targets"]["cut_in_rate"] is True
-    s = bench.summarise([bench.CallResult(1, "c1", 0.0, ok)])  # intents not paired: premature
-    assert s["tail_overlaps"] == 0 and s["targets"]["cut_in_rate"] is True  # 1 of 41 = 2.4 %
+    s = bench.summarise([bench.CallResult(1, "c1", 0.0, ok, cut_in_in_gap={40: True})])  # intents not paired
+    assert s["tail_overlaps"] == 0
+
+
+def test_a_time_is_in_a_gap_between_voiced_packets_not_inside_one():
+    bench = load_bench()
+    voiced = [1.00, 1.02, 1.04, 1.15, 1.17]   # a 90 ms gap after the packet of 1.04-1.06 s
+    assert bench.in_gap(voiced, 1.10) and bench.in_gap(voiced, 1.065) and bench.in_gap(voiced, 0.5)
+    assert not bench.in_gap(voiced, 1.05) and not bench.in_gap(voiced, 1.16)

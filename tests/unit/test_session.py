@@ -269,12 +269,36 @@ def test_a_noise_burst_does_not_pause_the_prompt():
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 0
 
 
+def sibilant_frame(seed: int) -> bytes:
+    """10 ms of noise with its energy at 2.6-3.6 kHz: the spectrum of an "s" or "sh"."""
+    import random
+
+    rng = random.Random(seed)
+    parts = [(f, rng.uniform(0, 2 * math.pi)) for f in range(2600, 3601, 100)]
+    return struct.pack("<160h", *(int(sum(1500 * math.sin(2 * math.pi * f * i / 16000 + ph) for f, ph in parts))
+                                  for i in range(160)))
+
+
+def test_a_sibilant_pauses_the_prompt_before_any_vowel():
+    """ "ch" of "check": 20 ms of sound with its energy above 2.5 kHz pauses the prompt, as a
+    vowel would; loud white noise (the noise burst test) does not."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    h.tick(1, caller=sibilant_frame(1))
+    assert not h.session.playout.paused
+    h.tick(1, caller=sibilant_frame(2))
+    assert h.session.playout.paused
+
+
 def test_periodic_frames_scattered_in_a_noise_do_not_pause_the_prompt_two_in_a_row_do():
     """The onset needs periodic frames in a row: a loud noise that looks periodic in one frame
     out of two leaves the prompt playing (counted in total, 30 ms of it would have paused it);
     two periodic frames in a row pause it."""
 
     class ScriptedMeter:
+        sibilance_db = -math.inf
+
         def __init__(self, values):
             self.values = list(values)
 
