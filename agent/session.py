@@ -299,6 +299,8 @@ class CallSession:
         self._last_speech_end: float | None = None
         self.cut_ins = 0
         self._cut_in_noted = False
+        #: the recogniser's open utterance has words a turn decision used (not a barge-in)
+        self._turn_consumed = False
         self._awaiting_reply_since: float | None = None
         self._awaiting_trigger = "speech"
         self.turns: list[Turn] = []
@@ -447,9 +449,11 @@ class CallSession:
                  **self.log_fields)
         if self._metrics and self._last_speech_end is not None:
             self._metrics.asr_final_lag.observe(max(0.0, self._monotonic() - self._last_speech_end))
-        if extra:
-            # The caller went on talking after the agent had taken the turn.
+        if extra and self._turn_consumed:
+            # The caller went on talking after the agent had taken the turn. (Words beyond those a
+            # barge-in set aside are the recogniser revising them: "huh" becoming "of up".)
             self._note_cut_in(" ".join(extra))
+        self._turn_consumed = False
         if self._barge is not None:
             self._barge.on_words(turn_text, final=True, at=self._monotonic())
             self._barge_check()
@@ -465,6 +469,7 @@ class CallSession:
             return
         self._cancel_endpoint_timer()
         self.transcripts.consume()
+        self._turn_consumed = True
         if self._metrics:
             self._metrics.endpoint_silence.labels(decision.reason).observe(
                 max(0.0, (decision.decided_ms - decision.speech_end_ms) / 1000.0))
@@ -682,6 +687,7 @@ class CallSession:
             self.media.rearm_onset()
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
             self.transcripts.consume()  # its words are not part of the caller's next turn
+            self._turn_consumed = False
             self.playout.resume()
             if barge.tail:
                 # Never paused for: the end of the caller's own turn, counted as a cut-in.

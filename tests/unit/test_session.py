@@ -541,6 +541,24 @@ def test_words_added_after_the_turn_was_taken_count_as_a_cut_in():
     assert h.session.cut_ins == 1
 
 
+def test_a_backchannel_whose_words_the_recogniser_revises_later_is_no_cut_in():
+    """An "uh-huh" over the reply, long after the turn was taken, resumes the reply as "huh"; the
+    recogniser's final then says "of up": the words are revised, not added to the turn."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    h.caller_says("check my balance", final=False)
+    h.asr_final("check my balance")
+    h.tick(100)
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("huh")
+    h.tick(18, caller=tone_frame())
+    h.tick(20)
+    assert not h.session.playout.paused and h.session.false_interruptions == 1
+    h.asr_final("of up")
+    assert h.session.cut_ins == 0
+
+
 def _answer_then_go_on(h: Harness, gap_frames: int) -> None:
     """The caller asks for the balance; the reply starts after the short silence; the caller's
     voice comes back *gap_frames* x 10 ms after their last words."""
