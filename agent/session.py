@@ -301,6 +301,8 @@ class CallSession:
         self._cut_in_noted = False
         #: the recogniser's open utterance has words a turn decision used (not a barge-in)
         self._turn_consumed = False
+        #: ... has words of a voice a barge-in set aside (the prompt went on over it), at this time
+        self._set_aside_at: float | None = None
         self._awaiting_reply_since: float | None = None
         self._awaiting_trigger = "speech"
         self.turns: list[Turn] = []
@@ -454,6 +456,13 @@ class CallSession:
             # barge-in set aside are the recogniser revising them: "huh" becoming "of up".)
             self._note_cut_in(" ".join(extra))
         self._turn_consumed = False
+        if self._set_aside_at is not None and self.media.last_voiced_at <= self._set_aside_at:
+            # The final of a voice a barge-in set aside, with no voice since: a revision ("you" of
+            # "yeah" ending as "you have"). Its words belong to no turn; kept, they would start the
+            # next voice's words (over the prompt, or as the next turn once it is listened for).
+            self.transcripts.reset()
+            turn_text = ""
+        self._set_aside_at = None
         if self._barge is not None:
             self._barge.on_words(turn_text, final=True, at=self._monotonic())
             self._barge_check()
@@ -470,6 +479,7 @@ class CallSession:
         self._cancel_endpoint_timer()
         self.transcripts.consume()
         self._turn_consumed = True
+        self._set_aside_at = None
         if self._metrics:
             self._metrics.endpoint_silence.labels(decision.reason).observe(
                 max(0.0, (decision.decided_ms - decision.speech_end_ms) / 1000.0))
@@ -630,6 +640,7 @@ class CallSession:
             # may revise them ("oh" becoming "ok"), which set aside would leave the barge-in with
             # no words at all.
             self.transcripts.restore(words)
+            self._set_aside_at = None
             self._barge.on_words(self.transcripts.text, at=self._monotonic())
             self.false_interruptions -= counted
             log.info("call {call_id} caller's voice is back: prompt paused", **self.log_fields)
@@ -688,6 +699,7 @@ class CallSession:
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
             self.transcripts.consume()  # its words are not part of the caller's next turn
             self._turn_consumed = False
+            self._set_aside_at = self._monotonic()
             self.playout.resume()
             if barge.tail:
                 # Never paused for: the end of the caller's own turn, counted as a cut-in.

@@ -559,6 +559,28 @@ def test_a_backchannel_whose_words_the_recogniser_revises_later_is_no_cut_in():
     assert h.session.cut_ins == 0
 
 
+def test_a_set_aside_voice_whose_final_comes_late_does_not_stick_to_the_next_one():
+    """ "yeah" heard as "you" resumes the prompt; its final then says "you have". The next voice
+    over the same prompt, "yeah", is heard as just that -- an acknowledgement the prompt plays on
+    over -- not as "have yeah"."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("you")
+    h.tick(20, caller=tone_frame())
+    h.tick(20)
+    assert not h.session.playout.paused and h.session.false_interruptions == 1
+    h.asr_final("you have")
+    h.tick(100)
+    h.tick(5, caller=tone_frame())
+    assert h.session.playout.paused
+    h.asr_interim("yeah")
+    h.tick(8, caller=tone_frame())
+    assert not h.session.playout.paused  # an acknowledgement held 60 ms: the prompt plays on over it
+    assert h.session._barge is not None and h.session._barge.text == "yeah"
+
+
 def _answer_then_go_on(h: Harness, gap_frames: int) -> None:
     """The caller asks for the balance; the reply starts after the short silence; the caller's
     voice comes back *gap_frames* x 10 ms after their last words."""
