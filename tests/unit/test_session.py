@@ -541,6 +541,16 @@ def test_words_added_after_the_turn_was_taken_count_as_a_cut_in():
     assert h.session.cut_ins == 1
 
 
+def _voice_set_aside(h: Harness, heard: str) -> None:
+    """280 ms of voice over a prompt, heard as *heard* (neither an acknowledgement nor a request):
+    the prompt pauses at its onset and resumes once it is over."""
+    h.tick(10, caller=tone_frame())
+    h.asr_interim(heard)
+    h.tick(18, caller=tone_frame())
+    h.tick(20)
+    assert not h.session.playout.paused and h.session.false_interruptions == 1
+
+
 def test_a_backchannel_whose_words_the_recogniser_revises_later_is_no_cut_in():
     """An "uh-huh" over the reply, long after the turn was taken, resumes the reply as "huh"; the
     recogniser's final then says "of up": the words are revised, not added to the turn."""
@@ -550,11 +560,7 @@ def test_a_backchannel_whose_words_the_recogniser_revises_later_is_no_cut_in():
     h.caller_says("check my balance", final=False)
     h.asr_final("check my balance")
     h.tick(100)
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("huh")
-    h.tick(18, caller=tone_frame())
-    h.tick(20)
-    assert not h.session.playout.paused and h.session.false_interruptions == 1
+    _voice_set_aside(h, "huh")
     h.asr_final("of up")
     assert h.session.cut_ins == 0
 
@@ -566,11 +572,7 @@ def test_a_set_aside_voice_whose_final_comes_late_does_not_stick_to_the_next_one
     h = Harness()
     h.session.start()
     h.tick(40)
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("you")
-    h.tick(20, caller=tone_frame())
-    h.tick(20)
-    assert not h.session.playout.paused and h.session.false_interruptions == 1
+    _voice_set_aside(h, "you")
     h.asr_final("you have")
     h.tick(100)
     h.tick(5, caller=tone_frame())
