@@ -199,8 +199,9 @@ class TurnEndpointer:
         return cached
 
 
-#: what :meth:`TranscriptAssembler.snapshot` returns: finals, interim, consumed words
-TranscriptState = tuple[tuple[str, ...], str, tuple[str, ...]]
+#: what :meth:`TranscriptAssembler.snapshot` returns: finals, interim, consumed words, whether a
+#: turn took them, when a barge-in set them aside
+TranscriptState = tuple[tuple[str, ...], str, tuple[str, ...], bool, "float | None"]
 
 
 class TranscriptAssembler:
@@ -211,14 +212,19 @@ class TranscriptAssembler:
     closes it. A turn may span several utterances (the caller paused), and the
     agent may end a turn in the middle of one (a complete request followed by a
     short silence). This keeps the finals of the turn, the current interim,
-    and the words already consumed by a decision taken mid-utterance, so they
-    are not counted again when the utterance's later results repeat them.
+    and the words already consumed mid-utterance -- by a turn decision
+    (:meth:`consume`) or by a barge-in the prompt went on over (:meth:`set_aside`)
+    -- so they are not counted again when the utterance's later results repeat them.
     """
 
     def __init__(self) -> None:
         self._finals: list[str] = []
         self._interim = ""
         self._consumed: list[str] = []
+        #: a turn decision took the consumed words (words the final adds are the caller going on)
+        self._taken = False
+        #: when a barge-in set the open utterance's words aside (None: it did not)
+        self._aside_at: float | None = None
 
     @property
     def text(self) -> str:
@@ -228,34 +234,56 @@ class TranscriptAssembler:
         self._interim = " ".join(self._strip(words(text)))
         return self.text
 
-    def on_final(self, text: str) -> tuple[str, list[str]]:
-        """Close the recogniser's utterance; returns (turn text, words beyond what was consumed)."""
+    def on_final(self, text: str, last_voice_at: float | None = None) -> tuple[str, list[str]]:
+        """Close the recogniser's utterance; returns (turn text, words beyond those a turn
+        decision took: the caller went on talking after the turn was taken).
+
+        The final of an utterance set aside by a barge-in, with no voice since (*last_voice_at*,
+        on the clock :meth:`set_aside` was given), only revises the set-aside words ("you" of
+        "yeah" ending as "you have"): it is dropped with the turn's words, which would otherwise
+        start the next voice's."""
         rest = self._strip(words(text))
-        extra = rest if self._consumed else []
-        if rest:
+        extra = rest if self._taken else []
+        revision = self._aside_at is not None and last_voice_at is not None and last_voice_at <= self._aside_at
+        self._interim, self._consumed, self._taken, self._aside_at = "", [], False, None
+        if revision:
+            self._finals = []
+        elif rest:
             self._finals.append(" ".join(rest))
-        self._interim = ""
-        self._consumed = []
         return self.text, extra
 
     def consume(self) -> str:
         """A decision used the text so far: start a new turn, remembering the open utterance's words."""
         text = self.text
-        self._consumed = self._consumed + words(self._interim)
-        self._finals = []
-        self._interim = ""
+        self._move_interim()
+        self._taken, self._aside_at = bool(self._consumed), None
         return text
 
+    def set_aside(self, at: float) -> None:
+        """A barge-in let the prompt go on over the voice that said the text so far (at *at*):
+        its words are no turn's, and neither is the rest of the open utterance unless a voice
+        comes back (see :meth:`on_final`)."""
+        self._move_interim()
+        self._taken, self._aside_at = False, at
+
     def snapshot(self) -> TranscriptState:
-        """The state, to :meth:`restore` (undoing a :meth:`consume` that proved premature)."""
-        return tuple(self._finals), self._interim, tuple(self._consumed)
+        """The state, to :meth:`restore` (undoing a :meth:`consume` or :meth:`set_aside` that
+        proved premature)."""
+        return tuple(self._finals), self._interim, tuple(self._consumed), self._taken, self._aside_at
 
     def restore(self, state: TranscriptState) -> None:
-        finals, self._interim, consumed = state
+        finals, self._interim, consumed, self._taken, self._aside_at = state
         self._finals, self._consumed = list(finals), list(consumed)
 
     def reset(self) -> None:
-        self._finals, self._interim, self._consumed = [], "", []
+        """Forget the turn's words (not that the recogniser's open utterance was set aside: its
+        final may still come)."""
+        self._finals, self._interim, self._consumed, self._taken = [], "", [], False
+
+    def _move_interim(self) -> None:
+        self._consumed = self._consumed + words(self._interim)
+        self._finals = []
+        self._interim = ""
 
     def _strip(self, ws: list[str]) -> list[str]:
         n = len(self._consumed)

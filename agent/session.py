@@ -149,7 +149,7 @@ class MediaPipeline:
         self.playout: PlayoutBuffer | None = None
         #: this much periodic sound, or sibilant sound, in a row (consecutive frames) is a
         #: voice's onset
-        self.onset_periodic_ms = 20.0
+        self.onset_ms = 20.0
         #: a voice starting before this (time.monotonic()) is the caller finishing the turn the
         #: agent has just taken: its onset does not pause the reply (``BargeInConfig.tail_ms``)
         self.tail_until = 0.0
@@ -228,7 +228,7 @@ class MediaPipeline:
             self._periodic_ms = 0.0
         else:
             self._periodic_ms = self._sibilant_ms = 0.0
-        if self._periodic_ms >= self.onset_periodic_ms or self._sibilant_ms >= self.onset_periodic_ms:
+        if max(self._periodic_ms, self._sibilant_ms) >= self.onset_ms:
             self._onset_sent = True
             paused = (self.barge_armed and self._run_started_at >= self.tail_until
                       and self.playout is not None and self.playout.pause())
@@ -299,10 +299,6 @@ class CallSession:
         self._last_speech_end: float | None = None
         self.cut_ins = 0
         self._cut_in_noted = False
-        #: the recogniser's open utterance has words a turn decision used (not a barge-in)
-        self._turn_consumed = False
-        #: ... has words of a voice a barge-in set aside (the prompt went on over it), at this time
-        self._set_aside_at: float | None = None
         self._awaiting_reply_since: float | None = None
         self._awaiting_trigger = "speech"
         self.turns: list[Turn] = []
@@ -446,23 +442,14 @@ class CallSession:
             return
         text = text.strip()
         self._asr_failures = 0
-        turn_text, extra = self.transcripts.on_final(text)
+        turn_text, extra = self.transcripts.on_final(text, last_voice_at=self.media.last_voiced_at)
         log.info("call {call_id} heard {text!r} ({confidence:.2f})", text=text, confidence=confidence,
                  **self.log_fields)
         if self._metrics and self._last_speech_end is not None:
             self._metrics.asr_final_lag.observe(max(0.0, self._monotonic() - self._last_speech_end))
-        if extra and self._turn_consumed:
-            # The caller went on talking after the agent had taken the turn. (Words beyond those a
-            # barge-in set aside are the recogniser revising them: "huh" becoming "of up".)
+        if extra:
+            # The caller went on talking after the agent had taken the turn.
             self._note_cut_in(" ".join(extra))
-        self._turn_consumed = False
-        if self._set_aside_at is not None and self.media.last_voiced_at <= self._set_aside_at:
-            # The final of a voice a barge-in set aside, with no voice since: a revision ("you" of
-            # "yeah" ending as "you have"). Its words belong to no turn; kept, they would start the
-            # next voice's words (over the prompt, or as the next turn once it is listened for).
-            self.transcripts.reset()
-            turn_text = ""
-        self._set_aside_at = None
         if self._barge is not None:
             self._barge.on_words(turn_text, final=True, at=self._monotonic())
             self._barge_check()
@@ -478,8 +465,6 @@ class CallSession:
             return
         self._cancel_endpoint_timer()
         self.transcripts.consume()
-        self._turn_consumed = True
-        self._set_aside_at = None
         if self._metrics:
             self._metrics.endpoint_silence.labels(decision.reason).observe(
                 max(0.0, (decision.decided_ms - decision.speech_end_ms) / 1000.0))
@@ -640,7 +625,6 @@ class CallSession:
             # may revise them ("oh" becoming "ok"), which set aside would leave the barge-in with
             # no words at all.
             self.transcripts.restore(words)
-            self._set_aside_at = None
             self._barge.on_words(self.transcripts.text, at=self._monotonic())
             self.false_interruptions -= counted
             log.info("call {call_id} caller's voice is back: prompt paused", **self.log_fields)
@@ -697,9 +681,7 @@ class CallSession:
             self._resumed = (barge, self.transcripts.snapshot())
             self.media.rearm_onset()
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
-            self.transcripts.consume()  # its words are not part of the caller's next turn
-            self._turn_consumed = False
-            self._set_aside_at = self._monotonic()
+            self.transcripts.set_aside(self._monotonic())  # its words are not part of the caller's next turn
             self.playout.resume()
             if barge.tail:
                 # Never paused for: the end of the caller's own turn, counted as a cut-in.

@@ -38,10 +38,17 @@ class PeriodicityMeter:
         freqs = np.fft.rfftfreq(self._nfft, 1.0 / sample_rate_hz)
         self._high = (freqs >= SIBILANT_BAND_HZ[0]) & (freqs <= SIBILANT_BAND_HZ[1])
         self._low = (freqs >= LOW_BAND_HZ[0]) & (freqs <= LOW_BAND_HZ[1])
-        #: energy of the sibilant band over the low band (dB) in the latest window, from the same
-        #: spectrum: the "ch" of "check" 3-14 dB; over 100 bursts each, white noise -10..0 (never
-        #: above -1.3 in two frames in a row), pink noise and coughs -17..-7; vowels far below
-        self.sibilance_db = -np.inf
+        self._high_energy = self._low_energy = 0.0
+
+    @property
+    def sibilance_db(self) -> float:
+        """Energy of the sibilant band over the low band (dB) in the latest window, from the
+        spectrum the periodicity is computed on: the "ch" of "check" 3-14 dB; over 100 bursts
+        each, white noise -10..0 (never above -1.3 in two frames in a row), pink noise and coughs
+        -17..-7; vowels far below; -inf for silence."""
+        if self._high_energy == 0.0 and self._low_energy == 0.0:
+            return -np.inf
+        return float(10.0 * np.log10((self._high_energy + 1e-9) / (self._low_energy + 1e-9)))
 
     def feed(self, pcm: bytes) -> float:
         x = np.frombuffer(pcm, dtype="<i2").astype(np.float64)
@@ -55,12 +62,13 @@ class PeriodicityMeter:
         x = x - x.mean()
         energy = float(np.dot(x, x))
         if energy < 1e-3 * len(x):
-            self.sibilance_db = -np.inf
+            self._high_energy = self._low_energy = 0.0
             return 0.0
         spec = np.fft.rfft(x, self._nfft)
-        power = spec.real ** 2 + spec.imag ** 2
-        self.sibilance_db = float(10.0 * np.log10((power[self._high].sum() + 1e-9) / (power[self._low].sum() + 1e-9)))
-        ac = np.fft.irfft(spec * np.conj(spec), self._nfft)[: self._kmax + 1]
+        power = spec.real ** 2 + spec.imag ** 2   # the autocorrelation's spectrum, and the bands'
+        self._high_energy = float(power[self._high].sum())
+        self._low_energy = float(power[self._low].sum())
+        ac = np.fft.irfft(power, self._nfft)[: self._kmax + 1]
         r = ac[self._kmin: self._kmax + 1] / ac[0] * self._scale
         peak = int(r.argmax())
         if peak == 0 or peak == len(r) - 1:

@@ -162,3 +162,17 @@ def test_assembler_restores_words_set_aside_too_soon():
     assert a.on_interim("ok") == ""
     a.restore(state)
     assert a.on_interim("ok") == "ok"
+
+
+def test_assembler_drops_a_set_aside_voices_late_revision_but_not_words_of_a_new_voice():
+    """Words a barge-in set aside are no turn's: the utterance's final revising them ("you" ->
+    "you have") with no voice since is dropped, and is no cut-in; after a new voice it is kept."""
+    a = TranscriptAssembler()
+    a.on_interim("you")
+    a.set_aside(at=10.0)
+    assert a.on_final("you have", last_voice_at=9.9) == ("", [])
+    assert a.on_interim("yeah") == "yeah"
+    a = TranscriptAssembler()
+    a.on_interim("you")
+    a.set_aside(at=10.0)
+    assert a.on_final("you what time", last_voice_at=10.2) == ("what time", [])
