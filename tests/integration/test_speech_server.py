@@ -385,13 +385,16 @@ def test_word_time_offsets_are_in_stream_time(asr: riva.client.ASRService) -> No
 
 
 def test_concurrent_streams_do_not_mix(asr: riva.client.ASRService) -> None:
-    """Three simultaneous streams each get their own phrase back."""
+    """Three simultaneous streams, each told the same three phrases (as the agent tells the
+    server what a dialplan asks), each get their own phrase back."""
     phrases = {"balance": "Check my balance.", "agent": "I would like to speak to an agent.", "bill": "Pay my bill."}
     out: dict[str, list[str]] = {}
+    config = streaming_config()
+    config.config.speech_contexts.add(phrases=[p.rstrip(".").lower() for p in phrases.values()], boost=4.0)
 
     def run(key: str, text: str) -> None:
         audio = silence_8k(0.3) + speech_8k(text) + silence_8k(1.0)
-        out[key] = [r.alternatives[0].transcript for r in finals(recognize_stream(asr, audio, streaming_config()))]
+        out[key] = [r.alternatives[0].transcript for r in finals(recognize_stream(asr, audio, config))]
 
     threads = [threading.Thread(target=run, args=item) for item in phrases.items()]
     for t in threads:
@@ -855,3 +858,48 @@ def test_in_process_decoding_mode_recognises() -> None:
     finally:
         auth.channel.close()
         server.stop(grace=0)
+
+
+def _corpus_ulaw(name: str) -> bytes:
+    data = (REPO_ROOT / "ops" / "bench" / "corpus" / name).read_bytes()
+    return data[data.index(b"data") + 8:]
+
+
+def test_a_stream_does_not_inherit_the_previous_streams_channel() -> None:
+    """A pooled decoder reused for the next call starts from the telephone mean again: the same
+    caller audio gives the same hypotheses whether the decoder is new or has just decoded
+    another caller (before, it kept that caller's cepstral mean, and the first call after
+    start-up was decoded with the wideband one)."""
+    from agent.dialplan import load_dialplans
+    from agent.speech_server import (
+        TELEPHONE_CMN, DecoderPool, HintModels, LocalRecognitionSession, RecognitionSettings)
+
+    phrases = load_dialplans([str(REPO_ROOT / "dialplans" / "default.yaml")]).phrase_hints("main")
+    settings = RecognitionSettings(encoding=riva.client.AudioEncoding.MULAW, sample_rate_hz=8000,
+                                   endpointing=EndpointingParams(stop_history_ms=300), interim_results=True,
+                                   word_time_offsets=False, phrases=phrases)
+    silence = b"\xff" * 4000
+    caller = silence + _corpus_ulaw("backchannel-mm-hmm-awb.wav") + silence \
+        + _corpus_ulaw("turn-check-my-balance-rms.wav") + silence
+    other = silence + _corpus_ulaw("turn-what-are-your-opening-hours-kal16.wav") + silence
+
+    def decode(hints: HintModels, audio: bytes) -> list[tuple[str, str]]:
+        session = LocalRecognitionSession(settings, DecoderPool(max_idle=0), hints)
+        try:
+            events = []
+            for i in range(0, len(audio), 160):
+                events += session.process(audio[i:i + 160])
+            events += session.finish()
+            return [(type(e).__name__, e.transcript) for e in events]
+        finally:
+            session.close()
+
+    hints = HintModels()
+    fresh = decode(hints, caller)
+    assert any(t == "mhm" for _, t in fresh) and ("FinalHypothesis", "check my balance") in fresh, fresh
+    decode(hints, other)  # the pooled hint decoder now carries another voice's mean
+    decoder = hints.pool_for(phrases).acquire()
+    carried = [float(c) for c in decoder.get_cmn().split(",")]
+    assert max(abs(a - float(b)) for a, b in zip(carried, TELEPHONE_CMN.split(","))) > 1.0
+    hints.pool_for(phrases).release(decoder)
+    assert decode(hints, caller) == fresh
