@@ -30,6 +30,10 @@ plays on:
   the recogniser's final words. If the voice comes back within ``rejoin_ms`` of
   the prompt resuming, the session revives the same barge-in
   (:meth:`BargeIn.revive`), so an interruption with a pause in it is judged whole.
+  A voice that ended on the start of an acknowledgement ("oh", "mm": the recogniser's
+  first word for "okay" and "mm-hmm") and comes back that soon is the rest of it
+  ("o | kay", after the stop before the "k"): the prompt plays on over it, watched like
+  an acknowledgement being said (:attr:`BargeIn.resumed_on_onset`).
 
 A voice that starts within ``tail_ms`` of the caller's last words, just after
 the agent took the turn, is not a reaction to the reply: it is the caller
@@ -134,6 +138,9 @@ class BargeIn:
         self.done = False
         #: when the verdict let the prompt resume (RESUME)
         self.resumed_at: float | None = None
+        #: the voice ended on the start of an acknowledgement ("oh", "mm"): if it comes back within
+        #: rejoin_ms, that is the rest of the acknowledgement, and the prompt plays on over it
+        self.resumed_on_onset = False
 
     def rejoins(self, onset_at: float) -> bool:
         """Does a voice starting at *onset_at* continue this barge-in (back within rejoin_ms
@@ -144,11 +151,13 @@ class BargeIn:
         """The voice came back soon after this barge-in let the prompt resume: decide again,
         counting from the first onset, on the words given from now on (the session gives the
         whole voice's words again; an acknowledgement among them must hold anew: "sure" before
-        the stop may have been the start of "check my balance")."""
+        the stop may have been the start of "check my balance"). After the start of an
+        acknowledgement (:attr:`resumed_on_onset`) the prompt plays on over the rest of it."""
         self.done = False
         self.resumed_at = None
         self.tail = False
-        self.talking_over = False
+        self.talking_over = self.resumed_on_onset
+        self.resumed_on_onset = False
         self.text = ""
         self.final = False
 
@@ -213,6 +222,7 @@ class BargeIn:
             # Longer than most acknowledgements: let the recogniser's final words say what it was.
             return self._wait(0.05)
         self.resumed_at = now
+        self.resumed_on_onset = " ".join(heard) in ACKNOWLEDGEMENT_ONSETS
         return self._final(Verdict.RESUME, "acknowledgement" if heard else "no words")
 
     def _wait(self, check_in_s: float) -> Decision:

@@ -150,9 +150,11 @@ class MediaPipeline:
         #: this much periodic sound, or sibilant sound, in a row (consecutive frames) is a
         #: voice's onset
         self.onset_ms = 20.0
-        #: a voice starting before this (time.monotonic()) is the caller finishing the turn the
-        #: agent has just taken: its onset does not pause the reply (``BargeInConfig.tail_ms``)
-        self.tail_until = 0.0
+        #: a voice starting before this (time.monotonic()) does not pause the prompt; the session
+        #: decides what it is: the caller finishing the turn the agent has just taken
+        #: (``BargeInConfig.tail_ms``), or the rest of an acknowledgement whose start let the prompt
+        #: resume (``BargeIn.resumed_on_onset``)
+        self.play_on_until = 0.0
         self._meter = PeriodicityMeter()
         self._frame_ms = float(frame_ms)
         self._run_ms = 0.0
@@ -230,7 +232,7 @@ class MediaPipeline:
             self._periodic_ms = self._sibilant_ms = 0.0
         if max(self._periodic_ms, self._sibilant_ms) >= self.onset_ms:
             self._onset_sent = True
-            paused = (self.barge_armed and self._run_started_at >= self.tail_until
+            paused = (self.barge_armed and self._run_started_at >= self.play_on_until
                       and self.playout is not None and self.playout.pause())
             if self.on_onset is not None:
                 self._reactor.callFromThread(self.on_onset, self._run_started_at, paused)
@@ -257,7 +259,8 @@ class CallSession:
         self.settings = settings or SessionSettings()
         self._on_ended = on_ended
         self._monotonic = monotonic
-        self.playout = PlayoutBuffer(on_event=self._playout_event_from_any_thread, monotonic=monotonic)
+        self.playout = PlayoutBuffer(on_event=self._playout_event_from_any_thread, monotonic=monotonic,
+                                     sample_rate_hz=self.settings.sample_rate_hz)
         self.vad = EnergyVad(self.settings.vad, self.settings.sample_rate_hz)
         self.media = MediaPipeline(reactor, self.vad, self._on_vad_events, metrics, self.settings.frame_ms,
                                    monotonic=monotonic)
@@ -299,6 +302,8 @@ class CallSession:
         self._last_speech_end: float | None = None
         self.cut_ins = 0
         self._cut_in_noted = False
+        #: a voice starting before this is the caller finishing the turn the agent has just taken
+        self._tail_until = 0.0
         self._awaiting_reply_since: float | None = None
         self._awaiting_trigger = "speech"
         self.turns: list[Turn] = []
@@ -485,7 +490,8 @@ class CallSession:
                  speech=decision.speech_ms, text=decision.text, **self.log_fields)
         self._decided_at = decision.decided_ms / 1000.0
         self._cut_in_noted = False
-        self.media.tail_until = (decision.speech_end_ms + self.settings.barge_in.tail_ms) / 1000.0
+        self._tail_until = (decision.speech_end_ms + self.settings.barge_in.tail_ms) / 1000.0
+        self.media.play_on_until = max(self.media.play_on_until, self._tail_until)
         spec, self._speculation = self._speculation, None
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_ms / 1000.0)
         if spec is not None and spec[0] == decision.text:
@@ -604,7 +610,11 @@ class CallSession:
         if self.ended:
             return
         if not paused:
-            if started_at < self.media.tail_until and isinstance(self._current, Say):
+            if not isinstance(self._current, Say):
+                return
+            if self._barge is None and self._rejoin(started_at, paused=False):
+                return
+            if started_at < self._tail_until:
                 self._on_turn_tail(started_at)
             return
         if not isinstance(self._current, Say):
@@ -615,26 +625,41 @@ class CallSession:
             self._barge.on_voice_again()
             self._barge_check()
             return
-        recent, self._resumed = self._resumed, None
-        if recent is not None and recent[0].rejoins(started_at):
-            # Back soon after the prompt resumed: a pause inside one interruption, judged whole.
-            self._barge, words = recent
-            counted = not self._barge.tail  # a tail's end was not counted as a false interruption
-            self._barge.revive()
-            # Its words are this voice's again: the recogniser is still in the same utterance and
-            # may revise them ("oh" becoming "ok"), which set aside would leave the barge-in with
-            # no words at all.
-            self.transcripts.restore(words)
-            self._barge.on_words(self.transcripts.text, at=self._monotonic())
-            self.false_interruptions -= counted
-            log.info("call {call_id} caller's voice is back: prompt paused", **self.log_fields)
-            self._barge_check()
+        if self._rejoin(started_at, paused=True):
             return
         self._barge = BargeIn(started_at, self._is_complete, self.settings.barge_in)
         if self._metrics:
             self._metrics.barge_in_decision.observe(max(0.0, self._monotonic() - started_at))
         log.info("call {call_id} caller's voice: prompt paused", **self.log_fields)
         self._barge_check()
+
+    def _rejoin(self, started_at: float, paused: bool) -> bool:
+        """A voice back soon after a barge-in let the prompt resume continues that barge-in: a
+        pause inside one interruption, judged whole (*paused*: the media thread paused the
+        prompt at its onset); or the rest of an acknowledgement whose start let the prompt
+        resume, which it plays on over (not *paused*)."""
+        recent = self._resumed
+        if recent is None or not paused and not (recent[0].resumed_on_onset and self.media.barge_armed):
+            return False
+        self._resumed = None
+        if not recent[0].rejoins(started_at):
+            return False
+        self._barge, words = recent
+        counted = not self._barge.tail  # a tail's end was not counted as a false interruption
+        self._barge.revive()
+        # Its words are this voice's again: the recogniser is still in the same utterance and
+        # may revise them ("oh" becoming "ok"), which set aside would leave the barge-in with
+        # no words at all.
+        self.transcripts.restore(words)
+        self._barge.on_words(self.transcripts.text, at=self._monotonic())
+        self.false_interruptions -= counted
+        if self._barge.talking_over:
+            log.info("call {call_id} caller's {text!r} goes on: prompt plays on", text=self._barge.text,
+                     **self.log_fields)
+        else:
+            log.info("call {call_id} caller's voice is back: prompt paused", **self.log_fields)
+        self._barge_check()
+        return True
 
     def _on_turn_tail(self, started_at: float) -> None:
         """The caller went on talking just after the agent took the turn and began its reply."""
@@ -682,6 +707,10 @@ class CallSession:
             self.media.rearm_onset()
             spoke_ms = barge.spoke_ms(self.media.last_voiced_at)
             self.transcripts.set_aside(self._monotonic())  # its words are not part of the caller's next turn
+            if barge.resumed_on_onset:
+                # The rest of the acknowledgement, back within rejoin_ms, does not pause the prompt.
+                self.media.play_on_until = max(self.media.play_on_until,
+                                               self._monotonic() + barge.config.rejoin_ms / 1000.0)
             self.playout.resume()
             if barge.tail:
                 # Never paused for: the end of the caller's own turn, counted as a cut-in.

@@ -16,6 +16,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
+from media.frames import BYTES_PER_SAMPLE, rms_dbfs
+
+#: a prompt frame under this level is silence between its words or sentences (see
+#: :meth:`PlayoutBuffer.resume`)
+QUIET_DBFS = -50.0
+#: a resumed prompt shortens its next silence only if it comes within this much audio
+SKIP_LOOKAHEAD_S = 0.2
+
 
 class PlayoutEventType(enum.Enum):
     STARTED = "started"      # the segment's first frame went to the bridge
@@ -44,11 +54,24 @@ class _Segment:
     started: bool = False
 
 
+def _ramp(n: int, down: bool) -> np.ndarray:
+    ramp = np.linspace(1.0, 0.0, n) if down else np.linspace(0.0, 1.0, n)
+    return ramp
+
+
+def _faded(pcm: bytearray, ramp: np.ndarray) -> bytearray:
+    samples = np.frombuffer(bytes(pcm), dtype="<i2")
+    n = min(len(samples), len(ramp))
+    out = samples.astype(np.float32)
+    out[:n] *= ramp[:n]
+    return bytearray(out.astype("<i2").tobytes())
+
+
 class PlayoutBuffer:
     """Thread-safe queue of audio segments, pulled frame by frame."""
 
     def __init__(self, on_event: Callable[[PlayoutEvent], None] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, sample_rate_hz: int = 16000) -> None:
         self._lock = threading.Lock()
         self._segments: deque[_Segment] = deque()
         self._by_id: dict[int, _Segment] = {}
@@ -59,6 +82,21 @@ class PlayoutBuffer:
         self.frames_pulled = 0
         self.voiced_frames = 0
         self._paused = False
+        self._paused_at = 0.0
+        self._bytes_per_s = sample_rate_hz * BYTES_PER_SAMPLE
+        #: the size of the frames the bridge pulls (known after its first pull)
+        self._frame_bytes = 0
+        #: bytes of prompt silence a resume skipped, in total
+        self.skipped_bytes = 0
+        #: after a resume: how much of the prompt's next silence may still be skipped, how much
+        #: audio may still come before it, and whether that silence has begun
+        self._skip_credit = 0
+        self._skip_lookahead = 0
+        self._skipping = False
+        #: a pause fades the frame it interrupts out, a resume fades its first frame in: a prompt
+        #: cut mid-word at full level clicks
+        self._fade_out = False
+        self._fade_in = False
 
     # -- reactor side ---------------------------------------------------
     def open_segment(self) -> int:
@@ -107,12 +145,31 @@ class PlayoutBuffer:
             if not self._segments or self._paused:
                 return False
             self._paused = True
+            self._paused_at = self._monotonic()
+            self._skip_credit = 0
+            self._fade_out = self._segments[0].started
             return True
 
     def resume(self) -> None:
-        """Continue a paused segment exactly where it stopped."""
+        """Continue a paused segment where it stopped, less the silence the pause stood in for.
+
+        The caller has just had a silence as long as the pause. The next silence of the prompt
+        (its frames under QUIET_DBFS), if it comes within SKIP_LOOKAHEAD_S of audio (the end of
+        the word it paused in), is shortened by as much as the pause lasted: paused at the end of
+        a sentence, the prompt goes on with the next one instead of pausing a second time. Words
+        are never skipped."""
         with self._lock:
+            if not self._paused:
+                return
             self._paused = False
+            self._fade_in = not self._fade_out  # a pause that did not play its fade needs none in
+            self._fade_out = False
+            frame = self._frame_bytes
+            if not frame:
+                return
+            self._skip_credit = round((self._monotonic() - self._paused_at) * self._bytes_per_s) // frame * frame
+            self._skip_lookahead = round(SKIP_LOOKAHEAD_S * self._bytes_per_s)
+            self._skipping = False
 
     @property
     def paused(self) -> bool:
@@ -123,6 +180,8 @@ class PlayoutBuffer:
         now = self._monotonic()
         with self._lock:
             self._paused = False
+            self._skip_credit = 0
+            self._fade_out = self._fade_in = False
             dropped = list(self._segments)
             self._segments.clear()
             self._by_id.clear()
@@ -144,21 +203,25 @@ class PlayoutBuffer:
         out = bytearray()
         with self._lock:
             self.frames_pulled += 1
+            self._frame_bytes = nbytes
+            fade = None
+            if self._paused and self._fade_out and self._segments:
+                # The pause fades out the frame it came in: that frame is played, going quiet.
+                self._fade_out = False
+                out += self._take(self._segments[0], nbytes)
+                fade = _ramp(len(out) // BYTES_PER_SAMPLE, down=True)
+            elif self._fade_in and not self._paused and self._segments:
+                self._fade_in = False
+                fade = _ramp(nbytes // BYTES_PER_SAMPLE, down=False)
             while len(out) < nbytes and self._segments and not self._paused:
                 seg = self._segments[0]
                 if not seg.started and seg.chunks:
                     seg.started = True
                     events.append(PlayoutEvent(PlayoutEventType.STARTED, seg.segment_id, 0,
                                                seg.queued_bytes, self._monotonic()))
-                while len(out) < nbytes and seg.chunks:
-                    chunk = seg.chunks[0]
-                    take = min(nbytes - len(out), len(chunk) - seg.offset)
-                    out += chunk[seg.offset: seg.offset + take]
-                    seg.offset += take
-                    seg.played_bytes += take
-                    if seg.offset >= len(chunk):
-                        seg.chunks.popleft()
-                        seg.offset = 0
+                if self._skip_credit and not out:
+                    self._skip_quiet(seg, nbytes)
+                out += self._take(seg, nbytes - len(out))
                 if not seg.chunks:
                     if seg.complete:
                         events.append(self._finish(seg))
@@ -168,10 +231,59 @@ class PlayoutBuffer:
                     break
             if out:
                 self.voiced_frames += 1
+                if fade is not None:
+                    out = _faded(out, fade)
         for e in events:
             self._on_event(e)
         if len(out) < nbytes:
             out += bytes(nbytes - len(out))
+        return bytes(out)
+
+    def _skip_quiet(self, seg: _Segment, nbytes: int) -> None:
+        """After a resume: drop the quiet frames ahead, within the credit (see :meth:`resume`).
+        Caller holds the lock."""
+        while self._skip_credit >= nbytes:
+            ahead = self._peek(seg, nbytes)
+            if len(ahead) < nbytes:
+                return  # not queued yet (a streamed prompt): look again at the next frame
+            if rms_dbfs(ahead) < QUIET_DBFS:
+                self._take(seg, nbytes)
+                self._skip_credit -= nbytes
+                self.skipped_bytes += nbytes
+                self._skipping = True
+                continue
+            if self._skipping or self._skip_lookahead <= 0:
+                self._skip_credit = 0  # the silence is over, or none came soon enough
+            else:
+                self._skip_lookahead -= nbytes
+            return
+        self._skip_credit = 0
+
+    @staticmethod
+    def _take(seg: _Segment, nbytes: int) -> bytes:
+        """Up to *nbytes* of the segment's queued audio, counted as played. Caller holds the lock."""
+        out = bytearray()
+        while len(out) < nbytes and seg.chunks:
+            chunk = seg.chunks[0]
+            take = min(nbytes - len(out), len(chunk) - seg.offset)
+            out += chunk[seg.offset: seg.offset + take]
+            seg.offset += take
+            seg.played_bytes += take
+            if seg.offset >= len(chunk):
+                seg.chunks.popleft()
+                seg.offset = 0
+        return bytes(out)
+
+    @staticmethod
+    def _peek(seg: _Segment, nbytes: int) -> bytes:
+        """Up to *nbytes* of the segment's queued audio, left queued. Caller holds the lock."""
+        out = bytearray()
+        offset = seg.offset
+        for chunk in seg.chunks:
+            out += chunk[offset: offset + nbytes - len(out)]
+            offset = 0
+            if len(out) >= nbytes:
+                break
         return bytes(out)
 
     def _finish(self, seg: _Segment) -> PlayoutEvent:

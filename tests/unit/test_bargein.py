@@ -204,3 +204,32 @@ def test_a_voice_back_soon_after_the_prompt_resumed_rejoins_the_barge_in():
     assert b.rejoins(0.7) and not b.rejoins(0.8)
     b.revive()
     assert not b.done and b.resumed_at is None and not b.rejoins(0.7)
+
+
+def test_the_rest_of_an_acknowledgement_after_its_start_is_talked_over():
+    """ "o | kay": the voice ends on "oh" (the stop before the "k") and the prompt resumes; the
+    voice back within rejoin_ms is the rest of the acknowledgement: the revived barge-in plays the
+    prompt on over it, and still stops it when the words become a request."""
+    b = barge()
+    b.on_words("oh", at=0.15)
+    assert b.decide(0.25, last_voiced_at=0.2, speaking=False).verdict is Verdict.RESUME
+    assert b.resumed_on_onset
+    b.revive()
+    assert b.talking_over and not b.resumed_on_onset
+    b.on_words("ok", at=0.35)
+    assert b.decide(0.45, last_voiced_at=0.45, speaking=True).verdict is Verdict.TALK_OVER
+    b.on_words("ok what are your opening hours", at=0.7)
+    d = b.decide(0.75, last_voiced_at=0.75, speaking=True)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "request"
+
+
+def test_a_voice_back_after_other_words_is_judged_paused_again():
+    """A voice that ended on words that are not the start of an acknowledgement ("sure", which may
+    be the recogniser's first guess at "ch" of "check") is paused again when it comes back."""
+    for words_before in ("sure", "the", ""):
+        b = barge()
+        b.on_words(words_before, at=0.15)
+        assert b.decide(0.45, last_voiced_at=0.2, speaking=False).verdict is Verdict.RESUME
+        assert not b.resumed_on_onset
+        b.revive()
+        assert not b.talking_over

@@ -1,4 +1,6 @@
 """PlayoutBuffer: segments in, fixed frames out, with what was played accounted for."""
+import numpy as np
+
 from media.playout import PlayoutBuffer, PlayoutEventType
 
 FRAME = 320  # 10 ms at 16 kHz
@@ -67,3 +69,87 @@ def test_segments_play_back_to_back_within_one_frame():
     buf.play(b"\x02" * 300)
     frame = buf.pull_frame(FRAME)
     assert frame == b"\x01" * 100 + b"\x02" * 220
+
+
+def _tone(frames: int, amplitude: int = 3000) -> bytes:
+    """*frames* 10 ms frames of a square wave at *amplitude* (about -21 dBFS for 3000)."""
+    return (amplitude.to_bytes(2, "little", signed=True) + (-amplitude).to_bytes(2, "little", signed=True)) \
+        * (frames * FRAME // 4)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_pause_fades_out_and_a_resume_fades_in_instead_of_clicking():
+    """Paused mid-word, the frame the pause came in goes quiet over its 10 ms, then silence; the
+    first frame after the resume rises from silence. No jump between samples is larger than the
+    word's own."""
+    clock = _Clock()
+    buf = PlayoutBuffer(monotonic=clock, sample_rate_hz=16000)
+    word = _tone(10, amplitude=8000)
+    buf.play(word)
+    buf.pull_frame(FRAME)
+    assert buf.pause()
+    faded = np.frombuffer(buf.pull_frame(FRAME), dtype="<i2")
+    assert abs(int(faded[0])) > 7000 and abs(int(faded[-1])) < 100
+    assert buf.pull_frame(FRAME) == bytes(FRAME)
+    clock.now += 0.05
+    buf.resume()
+    rising = np.frombuffer(buf.pull_frame(FRAME), dtype="<i2")
+    assert abs(int(rising[0])) < 100 and abs(int(rising[-1])) > 7000
+    assert buf.pull_frame(FRAME) == word[3 * FRAME: 4 * FRAME]
+
+
+def test_resume_skips_the_prompt_silence_the_pause_stood_in_for():
+    """Paused at the end of a sentence for 300 ms, the prompt goes on with its next sentence:
+    the 200 ms of silence between the two is not played after the pause as well."""
+    clock = _Clock()
+    buf = PlayoutBuffer(monotonic=clock, sample_rate_hz=16000)
+    first, gap, second = _tone(3), bytes(20 * FRAME), _tone(2, amplitude=5000)
+    buf.play(first + gap + second)
+    for _ in range(3):
+        buf.pull_frame(FRAME)
+    assert buf.pause()
+    clock.now += 0.3
+    assert buf.pull_frame(FRAME) == bytes(FRAME)  # paused: the fade of the silence, then silence
+    assert buf.pull_frame(FRAME) == bytes(FRAME)
+    buf.resume()
+    assert buf.pull_frame(FRAME) != bytes(FRAME)  # the next sentence, fading in
+    assert buf.pull_frame(FRAME) == second[FRAME:]
+    assert buf.skipped_bytes == len(gap) - FRAME
+
+
+def _paused_after_one_frame(pcm: bytes, pause_s: float, frames_after: int) -> tuple[PlayoutBuffer, bytes]:
+    """Play *pcm*, pause after its first frame (the pause fades out the second) for *pause_s*,
+    resume, and pull *frames_after* frames."""
+    clock = _Clock()
+    buf = PlayoutBuffer(monotonic=clock, sample_rate_hz=16000)
+    buf.play(pcm)
+    buf.pull_frame(FRAME)
+    assert buf.pause()
+    buf.pull_frame(FRAME)
+    clock.now += pause_s
+    buf.resume()
+    return buf, b"".join(buf.pull_frame(FRAME) for _ in range(frames_after))
+
+
+def test_resume_skips_no_more_silence_than_the_pause_lasted():
+    """Paused 100 ms inside a word: the rest of the word (faded out by the pause) is not played
+    again; 100 ms of the 200 ms silence after it is skipped. Words are never skipped."""
+    word, gap = _tone(2), bytes(20 * FRAME)
+    buf, out = _paused_after_one_frame(word + gap + word, 0.1, 12)
+    assert out == bytes(10 * FRAME) + word
+    assert buf.skipped_bytes == 10 * FRAME
+
+
+def test_resume_skips_no_silence_that_comes_after_more_than_the_end_of_a_word():
+    """Paused early in a long stretch of speech: the silence 300 ms later is the prompt's own."""
+    speech, gap = _tone(32), bytes(10 * FRAME)
+    buf, out = _paused_after_one_frame(speech + gap + speech, 0.3, 41)
+    assert out[FRAME:] == speech[3 * FRAME:] + gap + speech[:FRAME]
+    assert buf.skipped_bytes == 0
