@@ -6,6 +6,8 @@ bridge pulls fixed-size frames and gets silence when nothing is queued.
 A lock guards the queue for microseconds only; the clock thread never waits on
 anything else. What was actually played is counted per segment, so the agent
 knows how much of a prompt the caller heard, and a flush (barge-in) reports it.
+A pause (a caller's voice over the prompt) fades the audio out over one frame and a resume
+fades it back in, skipping the silence the pause stood in for (:meth:`PlayoutBuffer.resume`).
 """
 from __future__ import annotations
 
@@ -54,17 +56,11 @@ class _Segment:
     started: bool = False
 
 
-def _ramp(n: int, down: bool) -> np.ndarray:
-    ramp = np.linspace(1.0, 0.0, n) if down else np.linspace(0.0, 1.0, n)
-    return ramp
-
-
-def _faded(pcm: bytearray, ramp: np.ndarray) -> bytearray:
-    samples = np.frombuffer(bytes(pcm), dtype="<i2")
-    n = min(len(samples), len(ramp))
-    out = samples.astype(np.float32)
-    out[:n] *= ramp[:n]
-    return bytearray(out.astype("<i2").tobytes())
+def _faded(pcm: bytearray, down: bool) -> bytearray:
+    """*pcm* (16-bit) faded linearly out to silence (*down*) or in from it, over its length."""
+    samples = np.frombuffer(bytes(pcm), dtype="<i2").astype(np.float32)
+    samples *= np.linspace(1.0, 0.0, len(samples)) if down else np.linspace(0.0, 1.0, len(samples))
+    return bytearray(samples.astype("<i2").tobytes())
 
 
 class PlayoutBuffer:
@@ -204,15 +200,18 @@ class PlayoutBuffer:
         with self._lock:
             self.frames_pulled += 1
             self._frame_bytes = nbytes
-            fade = None
+            fade_down: bool | None = None
             if self._paused and self._fade_out and self._segments:
                 # The pause fades out the frame it came in: that frame is played, going quiet.
                 self._fade_out = False
-                out += self._take(self._segments[0], nbytes)
-                fade = _ramp(len(out) // BYTES_PER_SAMPLE, down=True)
+                seg = self._segments[0]
+                out += self._take(seg, nbytes)
+                fade_down = True
+                if not seg.chunks and seg.complete:
+                    events.append(self._finish(seg))
             elif self._fade_in and not self._paused and self._segments:
                 self._fade_in = False
-                fade = _ramp(nbytes // BYTES_PER_SAMPLE, down=False)
+                fade_down = False
             while len(out) < nbytes and self._segments and not self._paused:
                 seg = self._segments[0]
                 if not seg.started and seg.chunks:
@@ -231,8 +230,8 @@ class PlayoutBuffer:
                     break
             if out:
                 self.voiced_frames += 1
-                if fade is not None:
-                    out = _faded(out, fade)
+                if fade_down is not None:
+                    out = _faded(out, fade_down)
         for e in events:
             self._on_event(e)
         if len(out) < nbytes:

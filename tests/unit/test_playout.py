@@ -153,3 +153,15 @@ def test_resume_skips_no_silence_that_comes_after_more_than_the_end_of_a_word():
     buf, out = _paused_after_one_frame(speech + gap + speech, 0.3, 41)
     assert out[FRAME:] == speech[3 * FRAME:] + gap + speech[:FRAME]
     assert buf.skipped_bytes == 0
+
+
+def test_a_pause_in_the_last_frame_of_a_prompt_lets_it_finish():
+    """The fade-out frame that plays a prompt's last audio finishes the prompt: the call record
+    must not show it interrupted if the pause then becomes a barge-in."""
+    events, buf = _collect()
+    buf.play(_tone(1) + _tone(1)[: FRAME // 2])
+    buf.pull_frame(FRAME)
+    assert buf.pause()
+    buf.pull_frame(FRAME)
+    assert events[-1].type is PlayoutEventType.FINISHED and not buf.busy
+    assert buf.flush() == []
