@@ -64,6 +64,11 @@ ACKNOWLEDGEMENT_ONSETS = frozenset({"oh", "mm"})
 ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
 
 
+def _is_onset(heard: list[str]) -> bool:
+    """Are the words heard the start of an acknowledgement (a bare "oh" or "mm")?"""
+    return " ".join(heard) in ACKNOWLEDGEMENT_ONSETS
+
+
 @dataclass(frozen=True)
 class BargeInConfig:
     #: a voice this long takes the turn whatever its words
@@ -198,7 +203,7 @@ class BargeIn:
         if still:
             if spoke_ms >= c.interruption_min_ms:
                 return self._final(Verdict.INTERRUPT, "long enough")
-            acknowledgement = is_acknowledgement(self.text) or " ".join(heard) in ACKNOWLEDGEMENT_ONSETS
+            acknowledgement = is_acknowledgement(self.text) or _is_onset(heard)
             if self.talking_over and not acknowledgement and spoke_ms > c.acknowledgement_max_ms:
                 # Longer than an acknowledgement, and other words: maybe an interruption after all.
                 self.talking_over = False
@@ -222,7 +227,7 @@ class BargeIn:
             # Longer than most acknowledgements: let the recogniser's final words say what it was.
             return self._wait(0.05)
         self.resumed_at = now
-        self.resumed_on_onset = " ".join(heard) in ACKNOWLEDGEMENT_ONSETS
+        self.resumed_on_onset = _is_onset(heard)
         return self._final(Verdict.RESUME, "acknowledgement" if heard else "no words")
 
     def _wait(self, check_in_s: float) -> Decision:

@@ -639,8 +639,10 @@ class CallSession:
         prompt at its onset); or the rest of an acknowledgement whose start let the prompt
         resume, which it plays on over (not *paused*)."""
         recent = self._resumed
-        if recent is None or not paused and not (recent[0].resumed_on_onset and self.media.barge_armed):
+        if recent is None:
             return False
+        if not paused and not (recent[0].resumed_on_onset and self.media.barge_armed):
+            return False  # a voice the prompt was not paused for continues only an acknowledgement
         self._resumed = None
         if not recent[0].rejoins(started_at):
             return False

@@ -131,7 +131,7 @@ TELEPHONE_RATE_HZ = 8000
 #: the model's own mean (MODEL_CMN, a wideband one, 10 units lower in c0), 16 and 10, 7 and 6
 TELEPHONE_CMN = "49.88,9.14,3.42,11.69,-0.20,2.15,3.05,1.13,-10.95,4.08,-2.32,6.21,-1.13"
 #: the model's initial cepstral mean (pocketsphinx's default ``cmninit``), for wideband input
-MODEL_CMN = "40,3,-1"
+MODEL_CMN = pocketsphinx.Config()["cmninit"]
 FRAME_MS = 20
 FRAME_BYTES = MODEL_RATE_HZ * FRAME_MS // 1000 * 2
 PREROLL_PAD_MS = 200

@@ -18,9 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-
 from media.frames import BYTES_PER_SAMPLE, rms_dbfs
+from media.trim import fade
 
 #: a prompt frame under this level is silence between its words or sentences (see
 #: :meth:`PlayoutBuffer.resume`)
@@ -56,13 +55,6 @@ class _Segment:
     started: bool = False
 
 
-def _faded(pcm: bytearray, down: bool) -> bytearray:
-    """*pcm* (16-bit) faded linearly out to silence (*down*) or in from it, over its length."""
-    samples = np.frombuffer(bytes(pcm), dtype="<i2").astype(np.float32)
-    samples *= np.linspace(1.0, 0.0, len(samples)) if down else np.linspace(0.0, 1.0, len(samples))
-    return bytearray(samples.astype("<i2").tobytes())
-
-
 class PlayoutBuffer:
     """Thread-safe queue of audio segments, pulled frame by frame."""
 
@@ -80,8 +72,6 @@ class PlayoutBuffer:
         self._paused = False
         self._paused_at = 0.0
         self._bytes_per_s = sample_rate_hz * BYTES_PER_SAMPLE
-        #: the size of the frames the bridge pulls (known after its first pull)
-        self._frame_bytes = 0
         #: bytes of prompt silence a resume skipped, in total
         self.skipped_bytes = 0
         #: after a resume: how much of the prompt's next silence may still be skipped, how much
@@ -160,10 +150,7 @@ class PlayoutBuffer:
             self._paused = False
             self._fade_in = not self._fade_out  # a pause that did not play its fade needs none in
             self._fade_out = False
-            frame = self._frame_bytes
-            if not frame:
-                return
-            self._skip_credit = round((self._monotonic() - self._paused_at) * self._bytes_per_s) // frame * frame
+            self._skip_credit = round((self._monotonic() - self._paused_at) * self._bytes_per_s)
             self._skip_lookahead = round(SKIP_LOOKAHEAD_S * self._bytes_per_s)
             self._skipping = False
 
@@ -199,19 +186,18 @@ class PlayoutBuffer:
         out = bytearray()
         with self._lock:
             self.frames_pulled += 1
-            self._frame_bytes = nbytes
-            fade_down: bool | None = None
+            fade_up: bool | None = None
             if self._paused and self._fade_out and self._segments:
                 # The pause fades out the frame it came in: that frame is played, going quiet.
                 self._fade_out = False
                 seg = self._segments[0]
                 out += self._take(seg, nbytes)
-                fade_down = True
+                fade_up = False
                 if not seg.chunks and seg.complete:
                     events.append(self._finish(seg))
             elif self._fade_in and not self._paused and self._segments:
                 self._fade_in = False
-                fade_down = False
+                fade_up = True
             while len(out) < nbytes and self._segments and not self._paused:
                 seg = self._segments[0]
                 if not seg.started and seg.chunks:
@@ -230,8 +216,8 @@ class PlayoutBuffer:
                     break
             if out:
                 self.voiced_frames += 1
-                if fade_down is not None:
-                    out = _faded(out, fade_down)
+                if fade_up is not None:
+                    out = bytearray(fade(bytes(out), up=fade_up))
         for e in events:
             self._on_event(e)
         if len(out) < nbytes:

@@ -33,12 +33,18 @@ FADE_IN_MS = 2
 
 def fade_in(pcm: bytes, sample_rate_hz: int = SAMPLE_RATE_HZ, ms: int = FADE_IN_MS) -> bytes:
     """*pcm* with its first *ms* ramped up linearly from silence."""
-    n = min(len(pcm) // BYTES_PER_SAMPLE, sample_rate_hz * ms // 1000)
+    return fade(pcm, sample_rate_hz * ms // 1000)
+
+
+def fade(pcm: bytes, samples: int | None = None, up: bool = True) -> bytes:
+    """*pcm* (16-bit) with its first *samples* (default: all) ramped linearly up from silence,
+    or (not *up*) down to silence."""
+    n = len(pcm) // BYTES_PER_SAMPLE if samples is None else min(len(pcm) // BYTES_PER_SAMPLE, samples)
     if n == 0:
         return pcm
     head = array.array("h", pcm[:n * BYTES_PER_SAMPLE])
     for i in range(n):
-        head[i] = int(head[i] * i / n)
+        head[i] = int(head[i] * (i if up else n - 1 - i) / n)
     return head.tobytes() + pcm[n * BYTES_PER_SAMPLE:]
 
 
