@@ -7,6 +7,7 @@ logic is also checked directly, without a server.
 from __future__ import annotations
 
 import array
+import json
 import os
 import queue
 import random
@@ -903,3 +904,34 @@ def test_a_stream_does_not_inherit_the_previous_streams_channel() -> None:
     assert max(abs(a - float(b)) for a, b in zip(carried, TELEPHONE_CMN.split(","))) > 1.0
     hints.pool_for(phrases).release(decoder)
     assert decode(hints, caller) == fresh
+
+
+def test_the_last_word_is_heard_soon_after_the_voice_ends() -> None:
+    """kal16's "check my balance": the recogniser's look-ahead used to hold "balance" back
+    until ~100 ms of audio after the voice ended ("check my about" until then); the flush
+    when the voice drops away brings it within 70 ms, with the same final words."""
+    from agent.dialplan import load_dialplans
+    from agent.speech_server import DecoderPool, HintModels, LocalRecognitionSession, RecognitionSettings
+
+    manifest = json.loads((REPO_ROOT / "ops" / "bench" / "corpus" / "manifest.json").read_text())
+    item = next(f for f in manifest["files"] if f["file"] == "turn-check-my-balance-kal16.wav")
+    phrases = load_dialplans([str(REPO_ROOT / "dialplans" / "default.yaml")]).phrase_hints("main")
+    settings = RecognitionSettings(encoding=riva.client.AudioEncoding.MULAW, sample_rate_hz=8000,
+                                   endpointing=EndpointingParams(stop_history_ms=300), interim_results=True,
+                                   word_time_offsets=False, phrases=phrases)
+    audio = _corpus_ulaw(item["file"]) + b"\xff" * 4000
+    session = LocalRecognitionSession(settings, DecoderPool(max_idle=0), HintModels())
+    heard_at_ms = None
+    finals = []
+    try:
+        for i in range(0, len(audio), 80):  # 10 ms at a time, as the agent sends
+            for event in session.process(audio[i:i + 80]):
+                if event.transcript.endswith("balance") and heard_at_ms is None:
+                    heard_at_ms = (i + 80) // 8
+                if not hasattr(event, "stability"):
+                    finals.append(event.transcript)
+        finals += [e.transcript for e in session.finish()]
+    finally:
+        session.close()
+    assert finals == ["check my balance"]
+    assert heard_at_ms is not None and heard_at_ms - item["voiced_end_ms"] <= 70, heard_at_ms

@@ -1,0 +1,123 @@
+"""The embedded recogniser's flush when the voice drops away (agent.speech_server.UtteranceRecognizer).
+
+A fake decoder records what it is fed; the frames are synthetic (a tone is voice, zeros are
+silence), classified by level, so each test states exactly where the voice ends.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+from agent.speech_server import (
+    FLUSH_AFTER_MS, FLUSH_PAD_MS, FRAME_BYTES, FRAME_MS, EndpointingParams, FinalHypothesis,
+    InterimHypothesis, UtteranceRecognizer)
+
+RATE = 16000
+
+
+def tone(ms: int, dbfs: float = -20.0) -> bytes:
+    amp = 32767 * 10 ** (dbfs / 20) * math.sqrt(2)
+    n = RATE * ms // 1000
+    return struct.pack(f"<{n}h", *(int(amp * math.sin(2 * math.pi * 220 * i / RATE)) for i in range(n)))
+
+
+def silence(ms: int) -> bytes:
+    return bytes(RATE * ms // 1000 * 2)
+
+
+class LevelClassifier:
+    """Voiced when the frame is not digital silence (stands in for the WebRTC VAD)."""
+
+    def is_voiced(self, frame: bytes) -> bool:
+        return any(frame)
+
+
+@dataclass
+class Seg:
+    word: str
+    start_frame: int
+    end_frame: int
+    prob: float = 1.0
+
+
+@dataclass
+class Hyp:
+    hypstr: str
+    prob: float = 1.0
+
+
+class FakeDecoder:
+    """Counts the 10 ms frames it decodes; its hypothesis names how many it has seen; its one
+    word spans every frame of the utterance."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.fed: list[bytes] = []
+
+    def start_utt(self) -> None:
+        self.frames = 0
+
+    def end_utt(self) -> None:
+        pass
+
+    def process_raw(self, frame: bytes, no_search: bool, full_utt: bool) -> None:
+        assert len(frame) == FRAME_BYTES
+        self.fed.append(frame)
+        self.frames += FRAME_MS // 10
+
+    def hyp(self) -> Hyp:
+        return Hyp(f"w{self.frames}")
+
+    def seg(self) -> list[Seg]:
+        return [Seg("word", 0, self.frames - 1)]
+
+
+def run(audio: bytes, *, interim_results: bool = True) -> tuple[UtteranceRecognizer, FakeDecoder, list]:
+    decoder = FakeDecoder()
+    rec = UtteranceRecognizer(decoder, EndpointingParams(stop_history_ms=300), interim_results=interim_results,
+                              word_time_offsets=True, classifier=LevelClassifier())
+    events = []
+    for i in range(0, len(audio), 320):  # 10 ms at a time, as the agent sends
+        events += [(i // 32 + 10, e) for e in rec.process(audio[i:i + 320])]
+    events += [(None, e) for e in rec.finish()]
+    return rec, decoder, events
+
+
+def test_a_request_that_ends_is_flushed_once_right_after_the_voice_drops() -> None:
+    rec, decoder, events = run(silence(200) + tone(600) + silence(500))
+    assert rec.flushes == 1
+    # Interims come every 20 ms frame (the fake's hypothesis always changes): 2 decoder frames
+    # apart, except the flush's, which also has the padding's.
+    interims = [(at, int(e.transcript[1:])) for at, e in events if isinstance(e, InterimHypothesis)]
+    steps = [(at, n - m) for (_, m), (at, n) in zip(interims, interims[1:])]
+    padded = [(at, step) for at, step in steps if step != FRAME_MS // 10]
+    assert padded == [(padded[0][0], (FRAME_MS + FLUSH_PAD_MS) // 10)], steps
+    # ... when the voice (which ends at 800 ms) has been gone FLUSH_AFTER_MS, to the next 20 ms frame
+    assert 800 + FLUSH_AFTER_MS <= padded[0][0] < 800 + FLUSH_AFTER_MS + FRAME_MS
+
+
+def test_word_times_leave_the_padding_out() -> None:
+    _, _, events = run(silence(200) + tone(600) + silence(500))
+    final = [e for _, e in events if isinstance(e, FinalHypothesis)]
+    assert len(final) == 1
+    word = final[0].words[0]
+    # The utterance's audio ends with the 300 ms of silence that ended it (plus the 20 ms
+    # frame the endpointer needed); the flush's 40 ms are not counted.
+    assert word.end_ms == 200 + 600 + 300
+
+
+def test_short_voice_is_not_flushed() -> None:
+    """An acknowledgement's start or a short noise is left to the decoder's own pace."""
+    rec, _, _ = run(silence(200) + tone(200) + silence(500))
+    assert rec.flushes == 0
+
+
+def test_each_drop_of_the_voice_is_flushed_once() -> None:
+    rec, _, _ = run(silence(200) + tone(400) + silence(120) + tone(300) + silence(500))
+    assert rec.flushes == 2
+
+
+def test_no_flush_without_interim_results() -> None:
+    rec, _, _ = run(silence(200) + tone(600) + silence(500), interim_results=False)
+    assert rec.flushes == 0
