@@ -18,7 +18,8 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
   (16-bit little-endian), ``MULAW`` or ``ALAW`` (``ENCODING_UNSPECIFIED`` is rejected),
   mono, ``language_code`` ``en-US``, ``sample_rate_hertz`` 8000..96000 (resampled to the
   model's 16 kHz), ``model`` empty or ``pocketsphinx-en-US``.
-* Audio is cut into 20 ms frames. A frame is *voiced* when its level reaches -55 dBFS
+* Audio is decoded 10 ms at a time as it arrives (inside an utterance) and classified in
+  20 ms frames for the endpointing. A frame is *voiced* when its level reaches -55 dBFS
   and pocketsphinx's WebRTC-style VAD says speech; the VAD adapts to steady line noise
   within ~100 ms, so hiss does not hold an utterance open.
 * Endpointing follows Riva's ``EndpointingConfig`` with voiced/unvoiced frames standing in
@@ -39,31 +40,23 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
 * The last word of a request is not held back by the decoder's look-ahead. pocketsphinx
   names a word only once the frames after it are in (the cepstra's delta window and the
   word's last states): on its own it said "check my about" until ~100 ms of audio after a
-  kal16 voice's "balance" ended. So once the voice drops away inside an utterance that has
-  had 250 ms of voice (``FLUSH_AFTER_MS``, 30 ms, by the agent's energy rule: under -45
-  dBFS or 30 dB under the utterance's loudest 10 ms), the decoder is fed ``FLUSH_PAD_MS``
-  (40 ms) more of that quiet frame and the hypothesis is checked: "balance" at 60 ms
-  instead, and in the bench corpus the complete request 20-60 ms sooner for half the
-  kal16 turns. The decoder hears that pause 40 ms longer; word times leave the padding
-  out. Over the 769 utterances of 55 recorded bench calls the finals were the same but two
-  ("are you open today" as "are you open to that": the padding fell in the stop before
-  the "t"); 60 ms of padding, or a flush after 20 ms, changed more (an "okay" heard as "oh
-  can" in the "k"), and digital silence instead of the quiet frame made "mhm" "them".
-* ``speech_contexts`` (phrase hints): the phrases of every context with ``boost`` >= 0
-  (at most 5,000 phrases) replace the general 130k-word language model for that stream
-  by a trigram model of those phrases plus common request wording ("I would like to",
-  "can you tell me", ...; see :mod:`agent.phrase_lm`) and, as unigrams, the 1,000
-  commonest words of the general model, with a dictionary of just those words. Words the pronunciation dictionary lacks are left out. For the few dozen
-  phrases of a dialplan this is both more accurate and several times cheaper to decode,
-  and the last word of a turn is recognised ~100 ms sooner. Without hints the general
-  model decodes.
-* Every stream starts from the same front-end state, whatever stream its pooled decoder
-  decoded before: no noise estimate, and a cepstral mean that for audio of 8 kHz or less
-  (G.711 telephone audio) is one measured on 8 kHz speech upsampled to 16 kHz
-  (``TELEPHONE_CMN``), above that the model's own. Both then adapt to the stream's audio.
-  Carried over from the previous stream instead, a call's first words were recognised with the
-  previous caller's channel (and, for the first call after start-up, with the wideband mean:
-  its "mm-hmm" was heard as "the", "them").
+  kal16 voice's "balance" ended. So once the voice has dropped away for ``FLUSH_AFTER_MS``
+  (30 ms, by the agent's energy rule: under -45 dBFS or 30 dB under the utterance's loudest
+  10 ms) in an utterance that has had ``FLUSH_MIN_VOICE_MS`` (250 ms) of voice, the decoder
+  is fed ``FLUSH_PAD_MS`` (40 ms) more of that quiet audio and the hypothesis checked:
+  "balance" at 60 ms instead, and in the bench corpus the complete request 20-60 ms sooner
+  for most kal16 turns. The padding stands in for the quiet that follows it: that much of
+  it is not decoded, so after a real end the decoder has heard exactly the stream's audio,
+  and a stop inside a sentence (a flush comes in most of them) is lengthened only by what
+  the quiet did not make up for; word times leave the padding out. Without that, "... the
+  downtown branch" came out "... downtown friend", and a stream replayed to another region
+  from the silence before it (see :mod:`agent.speech_failover`) decoded other words than
+  the original. Over the 769 utterances of 55 recorded bench calls the finals were the
+  same but six ("are you open today" as "... to that" four times: the padding fell in the
+  stop before the "t"; "um" as "mhm" twice); with the general model 14 of 50 flite
+  sentences came out exact (13 without). 60 ms of padding, or a flush after 20 ms or after
+  less voice, changed more (an "okay" heard as "oh can" in the "k"), and digital silence as
+  padding made "mhm" "them".
 * Each utterance with a non-empty hypothesis yields one final result (``is_final=True``)
   with ``confidence`` (mean pocketsphinx word posterior, 0..1) and, when
   ``enable_word_time_offsets``, word times in ms from the start of the stream. Half-closing
@@ -148,6 +141,9 @@ TELEPHONE_CMN = "49.88,9.14,3.42,11.69,-0.20,2.15,3.05,1.13,-10.95,4.08,-2.32,6.
 MODEL_CMN = pocketsphinx.Config()["cmninit"]
 FRAME_MS = 20
 FRAME_BYTES = MODEL_RATE_HZ * FRAME_MS // 1000 * 2
+#: audio is decoded 10 ms at a time as it arrives (the endpointing works on 20 ms frames)
+STEP_MS = 10
+STEP_BYTES = MODEL_RATE_HZ * STEP_MS // 1000 * 2
 PREROLL_PAD_MS = 200
 INTERIM_INTERVAL_MS = 20
 #: once the voice has dropped away for this long inside an utterance (the agent's energy rule:
@@ -398,6 +394,7 @@ class UtteranceRecognizer:
         self._interim_results = interim_results
         self._word_time_offsets = word_time_offsets
         self._pending = bytearray()
+        self._first_step: bytes | None = None
         preroll_frames = self._endpointer.start_history_frames + PREROLL_PAD_MS // FRAME_MS
         self._preroll: deque[bytes] = deque(maxlen=preroll_frames)
         self._frames_seen = 0
@@ -411,8 +408,12 @@ class UtteranceRecognizer:
         # When the voice drops away (10 ms resolution, the agent's rule), for the flush.
         self._tail = EnergyVad(VadConfig(), sample_rate_hz=MODEL_RATE_HZ)
         self._flushed_voice_end_ms = 0.0
-        #: flushes of this utterance: (decoder frame of 10 ms it came after, 10 ms frames fed)
+        #: decoder frames (10 ms) of this utterance that were padding: (first, count)
         self._pads: list[tuple[int, int]] = []
+        #: from decoder frame d on, the utterance's audio frame is d + offset: [(d, offset)]
+        self._offsets: list[tuple[int, int]] = [(0, 0)]
+        #: padding not yet made up for by skipping the quiet audio that followed it (ms)
+        self._pad_debt_ms = 0
         self._utterance_frames = 0
         self._utterance_voice_ms = 0.0
         self.flushes = 0
@@ -426,20 +427,20 @@ class UtteranceRecognizer:
         self._pending += pcm16k
         events: list[RecognitionEvent] = []
         offset = 0
-        while len(self._pending) - offset >= FRAME_BYTES:
-            frame = bytes(self._pending[offset : offset + FRAME_BYTES])
-            offset += FRAME_BYTES
-            self._process_frame(frame, events)
+        while len(self._pending) - offset >= STEP_BYTES:
+            step = bytes(self._pending[offset : offset + STEP_BYTES])
+            offset += STEP_BYTES
+            self._process_step(step, events)
         del self._pending[:offset]
         return events
 
     def finish(self) -> list[RecognitionEvent]:
-        """End of input: finalise pending speech (a partial last frame is zero-padded)."""
+        """End of input: finalise pending speech (a partial last step is zero-padded)."""
         events: list[RecognitionEvent] = []
         if self._pending and self._in_utterance:
-            frame = bytes(self._pending) + b"\0" * (FRAME_BYTES - len(self._pending))
-            self._decode(frame)
+            self._decode(bytes(self._pending) + b"\0" * (STEP_BYTES - len(self._pending)))
         self._pending.clear()
+        self._first_step = None
         if self._in_utterance:
             final = self._end_utterance()
             if final is not None:
@@ -453,14 +454,39 @@ class UtteranceRecognizer:
             self._decoder.end_utt()
         self._endpointer.reset()
         self._pending.clear()
+        self._first_step = None
+
+    def _process_step(self, step: bytes, events: list[RecognitionEvent]) -> None:
+        """10 ms of audio: decoded at once inside an utterance (and flushed when the voice has
+        just dropped away); every second step completes a 20 ms frame for the endpointing."""
+        self._tail.feed(step)
+        if self._in_utterance:
+            voiced = self._tail.last_voiced_end_ms == self._tail.now_ms
+            if voiced:
+                self._utterance_voice_ms += STEP_MS
+                self._pad_debt_ms = 0
+            if self._pad_debt_ms > 0:
+                # The quiet went on: the padding stood in for this step, which is not decoded.
+                self._pad_debt_ms -= STEP_MS
+                self._shift(+1)
+            else:
+                self._decode(step)
+            if self._interim_results and self._flush_due():
+                self._flush(step)
+                self._frames_since_check = 0
+                interim = self._interim(stability=None)
+                if interim is not None:
+                    events.append(interim)
+        if self._first_step is None:
+            self._first_step = step
+            return
+        frame = self._first_step + step
+        self._first_step = None
+        self._process_frame(frame, events)
 
     def _process_frame(self, frame: bytes, events: list[RecognitionEvent]) -> None:
+        """A 20 ms frame for the endpointing (its audio is decoded already if in an utterance)."""
         self._frames_seen += 1
-        half = len(frame) // 2
-        for part in (frame[:half], frame[half:]):
-            self._tail.feed(part)
-            if self._in_utterance and self._tail.last_voiced_end_ms == self._tail.now_ms:
-                self._utterance_voice_ms += FRAME_MS / 2
         voiced = self._classifier.is_voiced(frame)
         if not self._in_utterance:
             self._preroll.append(frame)
@@ -470,7 +496,6 @@ class UtteranceRecognizer:
             return
         if not self._in_utterance:
             return
-        self._decode(frame)
         self._frames_since_check += 1
         if event == END_OF_SPEECH or self._endpointer.speech_frames >= self._max_frames:
             if event != END_OF_SPEECH:
@@ -481,12 +506,6 @@ class UtteranceRecognizer:
         elif event == END_OF_UTTERANCE_FIRST_PASS and self._interim_results:
             self._frames_since_check = 0
             interim = self._interim(stability=1.0)
-            if interim is not None:
-                events.append(interim)
-        elif self._interim_results and self._flush_due():
-            self._flush(frame)
-            self._frames_since_check = 0
-            interim = self._interim(stability=None)
             if interim is not None:
                 events.append(interim)
         elif self._interim_results and self._frames_since_check >= self._interim_frames:
@@ -501,21 +520,32 @@ class UtteranceRecognizer:
         return (self._utterance_voice_ms >= FLUSH_MIN_VOICE_MS and voice_end > self._flushed_voice_end_ms
                 and self._tail.now_ms - voice_end >= FLUSH_AFTER_MS)
 
-    def _flush(self, frame: bytes) -> None:
-        """Feed the decoder FLUSH_PAD_MS more of *frame* (quiet audio), so the hypothesis
+    def _flush(self, step: bytes) -> None:
+        """Feed the decoder FLUSH_PAD_MS more of *step* (quiet audio), so the hypothesis
         includes the word the voice just ended with. The pause is that much longer for the
         decoder; word times are corrected for it."""
         self._flushed_voice_end_ms = self._tail.last_voiced_end_ms
         self.flushes += 1
         at = self._utterance_frames
-        for _ in range(FLUSH_PAD_MS // FRAME_MS):
-            self._decode(frame)
+        for _ in range(FLUSH_PAD_MS // STEP_MS):
+            self._decode(step)
         self._pads.append((at, self._utterance_frames - at))
+        self._shift(at - self._utterance_frames)
+        self._pad_debt_ms = FLUSH_PAD_MS
+
+    def _shift(self, frames: int) -> None:
+        """From the next decoder frame on, the audio is *frames* further on than before."""
+        d = self._utterance_frames
+        offset = self._offsets[-1][1] + frames
+        if self._offsets[-1][0] == d:
+            self._offsets[-1] = (d, offset)
+        else:
+            self._offsets.append((d, offset))
 
     def _decode(self, frame: bytes) -> None:
         self._decoder.process_raw(frame, False, False)
         self.decoded_frames += 1
-        self._utterance_frames += len(frame) // (2 * MODEL_RATE_HZ // 100)
+        self._utterance_frames += len(frame) // STEP_BYTES
 
     def _start_utterance(self) -> None:
         self._decoder.start_utt()
@@ -525,6 +555,8 @@ class UtteranceRecognizer:
         self._utterance_frames = 0
         self._utterance_voice_ms = 0.0
         self._pads = []
+        self._offsets = [(0, 0)]
+        self._pad_debt_ms = 0
         self._last_interim = ""
         for buffered in self._preroll:
             self._decode(buffered)
@@ -546,16 +578,18 @@ class UtteranceRecognizer:
         return InterimHypothesis(transcript=text, stability=stability)
 
     def _stream_frame(self, decoder_frame: int) -> int:
-        """The utterance's 10 ms frame of the audio that decoder frame came from (a frame of
-        a flush's padding counts as the frame the padding repeats)."""
-        shift = 0
+        """The utterance's 10 ms frame of audio that decoder frame came from (a frame of a
+        flush's padding counts as the frame the padding repeats)."""
         for at, count in self._pads:
-            if decoder_frame < at:
+            if at <= decoder_frame < at + count:
+                decoder_frame = at - 1
                 break
-            if decoder_frame < at + count:
-                return at - 1 - shift
-            shift += count
-        return decoder_frame - shift
+        offset = 0
+        for d, off in self._offsets:
+            if d > decoder_frame:
+                break
+            offset = off
+        return decoder_frame + offset
 
     def _end_utterance(self) -> FinalHypothesis | None:
         self._in_utterance = False

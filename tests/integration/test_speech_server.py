@@ -298,8 +298,10 @@ def test_two_utterances_in_one_stream_give_two_finals(asr: riva.client.ASRServic
     )
     got = finals(recognize_stream(asr, audio, streaming_config()))
     assert len(got) == 2
+    # Each final is its own utterance (the general model is not sure of "to an agent": which
+    # words it names for it depends on the decoder's state, so the check is on "speak").
     assert "balance" in got[0].alternatives[0].transcript
-    assert "agent" in got[1].alternatives[0].transcript
+    assert "speak" in got[1].alternatives[0].transcript and "balance" not in got[1].alternatives[0].transcript
     assert got[0].audio_processed < got[1].audio_processed
 
 

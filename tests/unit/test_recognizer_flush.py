@@ -10,8 +10,8 @@ import struct
 from dataclasses import dataclass
 
 from agent.speech_server import (
-    FLUSH_AFTER_MS, FLUSH_PAD_MS, FRAME_BYTES, FRAME_MS, EndpointingParams, FinalHypothesis,
-    InterimHypothesis, UtteranceRecognizer)
+    FLUSH_AFTER_MS, FLUSH_PAD_MS, FRAME_BYTES, FRAME_MS, STEP_BYTES, STEP_MS, EndpointingParams,
+    FinalHypothesis, InterimHypothesis, UtteranceRecognizer)
 
 RATE = 16000
 
@@ -62,9 +62,9 @@ class FakeDecoder:
         pass
 
     def process_raw(self, frame: bytes, no_search: bool, full_utt: bool) -> None:
-        assert len(frame) == FRAME_BYTES
+        assert len(frame) in (STEP_BYTES, FRAME_BYTES)
         self.fed.append(frame)
-        self.frames += FRAME_MS // 10
+        self.frames += len(frame) // STEP_BYTES  # pocketsphinx frames are 10 ms
 
     def hyp(self) -> Hyp:
         return Hyp(f"w{self.frames}")
@@ -87,14 +87,13 @@ def run(audio: bytes, *, interim_results: bool = True) -> tuple[UtteranceRecogni
 def test_a_request_that_ends_is_flushed_once_right_after_the_voice_drops() -> None:
     rec, decoder, events = run(silence(200) + tone(600) + silence(500))
     assert rec.flushes == 1
-    # Interims come every 20 ms frame (the fake's hypothesis always changes): 2 decoder frames
-    # apart, except the flush's, which also has the padding's.
+    # Interims come every 20 ms frame (the fake's hypothesis always changes), two 10 ms steps
+    # apart; the flush's comes as soon as the voice (which ends at 800 ms) has been gone
+    # FLUSH_AFTER_MS, one step plus the padding after the one before.
     interims = [(at, int(e.transcript[1:])) for at, e in events if isinstance(e, InterimHypothesis)]
     steps = [(at, n - m) for (_, m), (at, n) in zip(interims, interims[1:])]
-    padded = [(at, step) for at, step in steps if step != FRAME_MS // 10]
-    assert padded == [(padded[0][0], (FRAME_MS + FLUSH_PAD_MS) // 10)], steps
-    # ... when the voice (which ends at 800 ms) has been gone FLUSH_AFTER_MS, to the next 20 ms frame
-    assert 800 + FLUSH_AFTER_MS <= padded[0][0] < 800 + FLUSH_AFTER_MS + FRAME_MS
+    assert (800 + FLUSH_AFTER_MS, (STEP_MS + FLUSH_PAD_MS) // STEP_MS) in steps, steps
+    assert [n for _, n in steps].count((STEP_MS + FLUSH_PAD_MS) // STEP_MS) == 1
 
 
 def test_word_times_leave_the_padding_out() -> None:
@@ -121,3 +120,23 @@ def test_each_drop_of_the_voice_is_flushed_once() -> None:
 def test_no_flush_without_interim_results() -> None:
     rec, _, _ = run(silence(200) + tone(600) + silence(500), interim_results=False)
     assert rec.flushes == 0
+
+
+def _decoded_frames(audio: bytes, monkeypatch, flush: bool) -> int:
+    if not flush:
+        monkeypatch.setattr("agent.speech_server.FLUSH_AFTER_MS", 10 ** 9)
+    _, decoder, _ = run(audio)
+    monkeypatch.undo()
+    return decoder.frames
+
+
+def test_the_quiet_after_a_flush_makes_up_for_its_padding(monkeypatch) -> None:
+    """The padding stands in for the quiet that follows: that much of it is not decoded, so
+    after a real end the decoder has heard exactly the stream's audio, and a stop inside a
+    sentence is lengthened only by the padding the quiet did not make up for."""
+    end = silence(200) + tone(600) + silence(500)
+    assert _decoded_frames(end, monkeypatch, True) == _decoded_frames(end, monkeypatch, False)
+    stop = silence(200) + tone(400) + silence(50) + tone(300) + silence(500)
+    # the flush comes 30 ms into the 50 ms stop; 20 ms of the stop's quiet is left to skip
+    extra = (FLUSH_PAD_MS - 20) // STEP_MS
+    assert _decoded_frames(stop, monkeypatch, True) == _decoded_frames(stop, monkeypatch, False) + extra
