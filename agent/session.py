@@ -178,7 +178,7 @@ class MediaPipeline:
         self.frames += 1
         events = self._vad.feed(pcm)
         now = self._monotonic()
-        if self._vad.last_voiced_end_ms == self._vad.now_ms:
+        if self._vad.last_frame_voiced:
             self.last_voiced_at = now
             self._voice_onset(pcm, now)
         else:

@@ -59,6 +59,21 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
   "mhm" "them"; a flush after 20 ms, before the agent's endpointer has its 30 ms of
   silence, let a stop inside "balance" complete the request (answered 110 ms before the
   caller's end in a bench run).
+* ``speech_contexts`` (phrase hints): the phrases of every context with ``boost`` >= 0
+  (at most 5,000 phrases) replace the general 130k-word language model for that stream
+  by a trigram model of those phrases plus common request wording ("I would like to",
+  "can you tell me", ...; see :mod:`agent.phrase_lm`) and, as unigrams, the 1,000
+  commonest words of the general model, with a dictionary of just those words. Words the pronunciation dictionary lacks are left out. For the few dozen
+  phrases of a dialplan this is both more accurate and several times cheaper to decode,
+  and the last word of a turn is recognised ~100 ms sooner. Without hints the general
+  model decodes.
+* Every stream starts from the same front-end state, whatever stream its pooled decoder
+  decoded before: no noise estimate, and a cepstral mean that for audio of 8 kHz or less
+  (G.711 telephone audio) is one measured on 8 kHz speech upsampled to 16 kHz
+  (``TELEPHONE_CMN``), above that the model's own. Both then adapt to the stream's audio.
+  Carried over from the previous stream instead, a call's first words were recognised with the
+  previous caller's channel (and, for the first call after start-up, with the wideband mean:
+  its "mm-hmm" was heard as "the", "them").
 * Each utterance with a non-empty hypothesis yields one final result (``is_final=True``)
   with ``confidence`` (mean pocketsphinx word posterior, 0..1) and, when
   ``enable_word_time_offsets``, word times in ms from the start of the stream. Half-closing
@@ -154,7 +169,7 @@ FLUSH_AFTER_MS = 30
 #: ... in an utterance with at least this much voice so far (a request's last word, not the start
 #: of an acknowledgement or a short noise) ...
 FLUSH_MIN_VOICE_MS = 250
-#: ... the decoder is fed this much more of the current (quiet) frame, repeated, and the
+#: ... the decoder is fed this much more of the current (quiet) 10 ms, repeated, and the
 #: hypothesis checked: the feature pipeline's look-ahead and the last phone's states then
 #: pass, and the last word shows up ~40 ms sooner (see the module doc)
 FLUSH_PAD_MS = 40
@@ -406,17 +421,16 @@ class UtteranceRecognizer:
         self._last_interim = ""
         self._interim_frames = _frames_for(INTERIM_INTERVAL_MS)
         self._max_frames = MAX_UTTERANCE_MS // FRAME_MS
-        self.decoded_frames = 0
         # When the voice drops away (10 ms resolution, the agent's rule), for the flush.
         self._tail = EnergyVad(VadConfig(), sample_rate_hz=MODEL_RATE_HZ)
         self._flushed_voice_end_ms = 0.0
-        #: decoder frames (10 ms) of this utterance that were padding: (first, count)
-        self._pads: list[tuple[int, int]] = []
-        #: from decoder frame d on, the utterance's audio frame is d + offset: [(d, offset)]
-        self._offsets: list[tuple[int, int]] = [(0, 0)]
+        #: for each 10 ms frame the decoder was fed in this utterance, the utterance's 10 ms of
+        #: audio it was (a flush's padding: the audio it repeats)
+        self._audio_frame_of: list[int] = []
+        #: 10 ms of the utterance's audio consumed (decoded or stood in for by padding)
+        self._audio_frames = 0
         #: padding not yet made up for by skipping the quiet audio that followed it (ms)
         self._pad_debt_ms = 0
-        self._utterance_frames = 0
         self._utterance_voice_ms = 0.0
         self.flushes = 0
 
@@ -463,22 +477,18 @@ class UtteranceRecognizer:
         just dropped away); every second step completes a 20 ms frame for the endpointing."""
         self._tail.feed(step)
         if self._in_utterance:
-            voiced = self._tail.last_voiced_end_ms == self._tail.now_ms
-            if voiced:
+            if self._tail.last_frame_voiced:
                 self._utterance_voice_ms += STEP_MS
                 self._pad_debt_ms = 0
             if self._pad_debt_ms > 0:
                 # The quiet went on: the padding stood in for this step, which is not decoded.
                 self._pad_debt_ms -= STEP_MS
-                self._shift(+1)
+                self._audio_frames += 1
             else:
                 self._decode(step)
             if self._interim_results and self._flush_due():
                 self._flush(step)
-                self._frames_since_check = 0
-                interim = self._interim(stability=None)
-                if interim is not None:
-                    events.append(interim)
+                self._emit_interim(events, stability=None)
         if self._first_step is None:
             self._first_step = step
             return
@@ -506,15 +516,15 @@ class UtteranceRecognizer:
             if final is not None:
                 events.append(final)
         elif event == END_OF_UTTERANCE_FIRST_PASS and self._interim_results:
-            self._frames_since_check = 0
-            interim = self._interim(stability=1.0)
-            if interim is not None:
-                events.append(interim)
+            self._emit_interim(events, stability=1.0)
         elif self._interim_results and self._frames_since_check >= self._interim_frames:
-            self._frames_since_check = 0
-            interim = self._interim(stability=None)
-            if interim is not None:
-                events.append(interim)
+            self._emit_interim(events, stability=None)
+
+    def _emit_interim(self, events: list[RecognitionEvent], stability: float | None) -> None:
+        self._frames_since_check = 0
+        interim = self._interim(stability)
+        if interim is not None:
+            events.append(interim)
 
     def _flush_due(self) -> bool:
         """The voice dropped away FLUSH_AFTER_MS ago (once per drop; voice re-arms it)."""
@@ -528,36 +538,29 @@ class UtteranceRecognizer:
         decoder; word times are corrected for it."""
         self._flushed_voice_end_ms = self._tail.last_voiced_end_ms
         self.flushes += 1
-        at = self._utterance_frames
         for _ in range(FLUSH_PAD_MS // STEP_MS):
-            self._decode(step)
-        self._pads.append((at, self._utterance_frames - at))
-        self._shift(at - self._utterance_frames)
+            self._decode(step, padding=True)
         self._pad_debt_ms = FLUSH_PAD_MS
 
-    def _shift(self, frames: int) -> None:
-        """From the next decoder frame on, the audio is *frames* further on than before."""
-        d = self._utterance_frames
-        offset = self._offsets[-1][1] + frames
-        if self._offsets[-1][0] == d:
-            self._offsets[-1] = (d, offset)
+    def _decode(self, audio: bytes, padding: bool = False) -> None:
+        """Feed the decoder *audio* (whole 10 ms frames): the utterance's next audio, or
+        (*padding*) a repeat of the audio before it."""
+        self._decoder.process_raw(audio, False, False)
+        n = len(audio) // STEP_BYTES
+        if padding:
+            self._audio_frame_of.extend([self._audio_frames - 1] * n)
         else:
-            self._offsets.append((d, offset))
-
-    def _decode(self, frame: bytes) -> None:
-        self._decoder.process_raw(frame, False, False)
-        self.decoded_frames += 1
-        self._utterance_frames += len(frame) // STEP_BYTES
+            self._audio_frame_of.extend(range(self._audio_frames, self._audio_frames + n))
+            self._audio_frames += n
 
     def _start_utterance(self) -> None:
         self._decoder.start_utt()
         self._in_utterance = True
         self._utterance_start_frame = self._frames_seen - len(self._preroll)
         self._frames_since_check = 0
-        self._utterance_frames = 0
+        self._audio_frame_of = []
+        self._audio_frames = 0
         self._utterance_voice_ms = 0.0
-        self._pads = []
-        self._offsets = [(0, 0)]
         self._pad_debt_ms = 0
         self._last_interim = ""
         for buffered in self._preroll:
@@ -579,19 +582,10 @@ class UtteranceRecognizer:
         self._last_interim = text
         return InterimHypothesis(transcript=text, stability=stability)
 
-    def _stream_frame(self, decoder_frame: int) -> int:
-        """The utterance's 10 ms frame of audio that decoder frame came from (a frame of a
-        flush's padding counts as the frame the padding repeats)."""
-        for at, count in self._pads:
-            if at <= decoder_frame < at + count:
-                decoder_frame = at - 1
-                break
-        offset = 0
-        for d, off in self._offsets:
-            if d > decoder_frame:
-                break
-            offset = off
-        return decoder_frame + offset
+    def _audio_frame(self, decoder_frame: int) -> int:
+        """The utterance's 10 ms of audio that the decoder's frame *decoder_frame* came from."""
+        frames = self._audio_frame_of
+        return frames[min(decoder_frame, len(frames) - 1)] if frames else decoder_frame
 
     def _end_utterance(self) -> FinalHypothesis | None:
         self._in_utterance = False
@@ -609,8 +603,8 @@ class UtteranceRecognizer:
             words.append(
                 WordTiming(
                     word=word,
-                    start_ms=origin_ms + self._stream_frame(seg.start_frame) * 10,
-                    end_ms=origin_ms + (self._stream_frame(seg.end_frame) + 1) * 10,
+                    start_ms=origin_ms + self._audio_frame(seg.start_frame) * 10,
+                    end_ms=origin_ms + (self._audio_frame(seg.end_frame) + 1) * 10,
                     confidence=float(min(1.0, max(0.0, seg.prob))),
                 )
             )

@@ -83,6 +83,11 @@ class EnergyVad:
     def last_voiced_end_ms(self) -> float:
         return self._last_voiced_end_ms
 
+    @property
+    def last_frame_voiced(self) -> bool:
+        """Was the last frame fed voiced?"""
+        return self._last_voiced_end_ms == self._t_ms
+
     def is_voiced(self, level_dbfs: float) -> bool:
         if self.speaking and level_dbfs < self._peak - self.config.release_db:
             return False
