@@ -38,9 +38,9 @@ def load_relay_module() -> ModuleType:
 
 
 def start_speech_server(decode_processes: int = 1, timeout_s: float = 90.0) -> tuple[subprocess.Popen[str], str]:
-    """``python -m agent.speech_server --listen 127.0.0.1:0``; returns (process, address)."""
+    """``python -m agent.speech.server --listen 127.0.0.1:0``; returns (process, address)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.speech_server", "--listen", "127.0.0.1:0", "--decode-processes", str(decode_processes)],
+        [sys.executable, "-m", "agent.speech.server", "--listen", "127.0.0.1:0", "--decode-processes", str(decode_processes)],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

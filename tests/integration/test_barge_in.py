@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.latency_report import timelines
+from agent.tools.latency_report import timelines
 from media.latency import ScoreParams, score_items
 from tests.integration.conftest import AgentProcess
 from tests.bench import load_bench

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from agent.speech import RecognitionOptions, SpeechClient
+from agent.speech.client import RecognitionOptions, SpeechClient
 from media.pcap import rtp_streams
 from tests.integration.conftest import (
     ROOT, AgentProcess, Capture, free_port, run_caller, run_sipp, start_agent, stop_agent,

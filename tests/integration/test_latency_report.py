@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 
-from agent.latency_report import timelines
+from agent.tools.latency_report import timelines
 from media.latency import AGENT_GAP_MS, score_items, wav_data
 from media.pcap import read_udp, rtp_streams
 from tests.bench import load_bench

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from agent import audio_util, flite
-from agent.region_probe import RegionProber
-from agent.regions import NoRegion, RegionSelector, RegionSpec, Selection
-from agent.speech import RecognitionOptions, SpeechClient
-from agent.speech_failover import FailoverEvent, RegionalSpeech, SpeechClientPool
+from agent.speech.server import flite
+from media import convert as audio_util
+from agent.regions.probe import RegionProber
+from agent.regions.selector import NoRegion, RegionSelector, RegionSpec, Selection
+from agent.speech.client import RecognitionOptions, SpeechClient
+from agent.speech.failover import FailoverEvent, RegionalSpeech, SpeechClientPool
 from tests.integration.relay_fixtures import (
     SimRegions,
     load_relay_module,

@@ -23,7 +23,7 @@ SIMULATIONS = DIALPLANS / "simulations"
 
 def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", "dialplan", *args],
+        [sys.executable, "-m", "agent.app.cli", "dialplan", *args],
         input=stdin, capture_output=True, text=True, timeout=60, cwd=ROOT,
     )
 

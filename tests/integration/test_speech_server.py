@@ -1,6 +1,6 @@
 """The embedded Riva-compatible speech server, driven through the real riva.client API.
 
-A server subprocess (``python -m agent.speech_server --listen 127.0.0.1:0``) is shared by
+A server subprocess (``python -m agent.speech.server --listen 127.0.0.1:0``) is shared by
 the module; audio is flite speech resampled to telephony rates. The endpointer's pure
 logic is also checked directly, without a server.
 """
@@ -25,9 +25,10 @@ import riva.client
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from riva.client.proto import riva_asr_pb2, riva_tts_pb2
 
-from agent import audio_util, flite
-from agent.speech import RecognitionOptions, RecognitionStream, SpeechClient, SpeechError
-from agent.speech_server import (
+from agent.speech.server import flite
+from media import convert as audio_util
+from agent.speech.client import RecognitionOptions, RecognitionStream, SpeechClient, SpeechError
+from agent.speech.server.main import (
     END_OF_SPEECH,
     END_OF_UTTERANCE_FIRST_PASS,
     START_OF_SPEECH,
@@ -50,7 +51,7 @@ CHUNK_8K = 320  # 20 ms of pcm16 at 8 kHz
 
 def _start_server_process() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.speech_server", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "agent.speech.server", "--listen", "127.0.0.1:0"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -541,7 +542,7 @@ def test_synthesis_config_lists_voices(tts: riva.client.SpeechSynthesisService) 
 
 
 # --------------------------------------------------------------------------------------
-# agent.speech.SpeechClient
+# agent.speech.client.SpeechClient
 # --------------------------------------------------------------------------------------
 
 
@@ -634,7 +635,7 @@ def _final_text(client: SpeechClient, text: str, **kwargs: object) -> str:
 
 def test_phrase_hints_decode_with_a_model_of_just_those_phrases(client: SpeechClient) -> None:
     """speech_contexts phrases replace the general vocabulary for that stream only."""
-    from agent.speech_server import HintModels
+    from agent.speech.server.main import HintModels
 
     hints = ("check my balance", "opening hours", "talk to an agent", "goodbye")
     assert _final_text(client, "I would like to check my balance.", phrases=hints).endswith("check my balance")
@@ -850,7 +851,7 @@ def test_killed_decode_workers_fail_streams_retryably_and_are_replaced() -> None
 
 def test_in_process_decoding_mode_recognises() -> None:
     """With decode_processes=0 the server decodes in its gRPC threads and still recognises speech."""
-    from agent.speech_server import start_speech_server
+    from agent.speech.server.main import start_speech_server
 
     server = start_speech_server("127.0.0.1:0", decode_processes=0, prewarm_decoders=1)
     auth = riva.client.Auth(uri=server.address)
@@ -873,8 +874,8 @@ def test_a_stream_does_not_inherit_the_previous_streams_channel() -> None:
     caller audio gives the same hypotheses whether the decoder is new or has just decoded
     another caller (before, it kept that caller's cepstral mean, and the first call after
     start-up was decoded with the wideband one)."""
-    from agent.dialplan import load_dialplans
-    from agent.speech_server import (
+    from agent.dialplan.model import load_dialplans
+    from agent.speech.server.main import (
         TELEPHONE_CMN, DecoderPool, HintModels, LocalRecognitionSession, RecognitionSettings)
 
     phrases = load_dialplans([str(REPO_ROOT / "dialplans" / "default.yaml")]).phrase_hints("main")
@@ -912,8 +913,8 @@ def test_the_last_word_is_heard_soon_after_the_voice_ends() -> None:
     """kal16's "check my balance": the recogniser's look-ahead used to hold "balance" back
     until ~100 ms of audio after the voice ended ("check my about" until then); the flush
     when the voice drops away brings it within 70 ms, with the same final words."""
-    from agent.dialplan import load_dialplans
-    from agent.speech_server import DecoderPool, HintModels, LocalRecognitionSession, RecognitionSettings
+    from agent.dialplan.model import load_dialplans
+    from agent.speech.server.main import DecoderPool, HintModels, LocalRecognitionSession, RecognitionSettings
 
     manifest = json.loads((REPO_ROOT / "ops" / "bench" / "corpus" / "manifest.json").read_text())
     item = next(f for f in manifest["files"] if f["file"] == "turn-check-my-balance-kal16.wav")

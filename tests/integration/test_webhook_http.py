@@ -1,4 +1,4 @@
-"""Webhooks over real HTTP: agent.webhook.call_webhook against a twisted.web server on loopback.
+"""Webhooks over real HTTP: agent.integrations.webhook.call_webhook against a twisted.web server on loopback.
 
 The reactor runs on a daemon thread (shared with the other reactor-based integration tests);
 each call is made from the test thread with ``blockingCallFromThread``. Timeouts are real but
@@ -14,9 +14,9 @@ from typing import Any, Callable, TypeVar
 
 import pytest
 
-from agent.dialogue import CallWebhook, DialogueSession, Say, WebhookRequest, WebhookResult
-from agent.dialplan import parse_dialplan
-from agent.webhook import call_webhook
+from agent.dialplan.engine import CallWebhook, DialogueSession, Say, WebhookRequest, WebhookResult
+from agent.dialplan.model import parse_dialplan
+from agent.integrations.webhook import call_webhook
 
 pytestmark = pytest.mark.integration
 

@@ -1,8 +1,8 @@
 """BargeIn decisions on scripted timelines: times in seconds from the voice's onset."""
 import pytest
 
-from agent.bargein import BargeIn, BargeInConfig, Verdict
-from agent.endpointer import is_acknowledgement
+from agent.call.bargein import BargeIn, BargeInConfig, Verdict
+from agent.call.endpointer import is_acknowledgement
 
 REQUESTS = {"check my balance", "what are your opening hours", "goodbye", "and an agent"}
 

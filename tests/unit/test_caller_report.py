@@ -1,5 +1,5 @@
 """The test caller's printed report."""
-from agent.caller import CallReport, TurnResult, format_report
+from agent.tools.caller import CallReport, TurnResult, format_report
 
 
 def test_summary_gives_the_median_and_the_worst_turn():

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from agent.config import DEFAULT_DIALPLAN, load_config
+from agent.app.config import DEFAULT_DIALPLAN, load_config
 from agent.yamlmarks import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

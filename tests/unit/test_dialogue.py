@@ -1,4 +1,4 @@
-"""Tests for agent.dialogue: walks through the demo line and the engine's edge cases."""
+"""Tests for agent.dialplan.engine: walks through the demo line and the engine's edge cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.dialogue import (
+from agent.dialplan.engine import (
     Action,
     DialogueSession,
     Hangup,
@@ -16,7 +16,7 @@ from agent.dialogue import (
     Transfer,
     call_variables,
 )
-from agent.dialplan import Dialplan, load_dialplan, parse_dialplan, prompt_cache_key
+from agent.dialplan.model import Dialplan, load_dialplan, parse_dialplan, prompt_cache_key
 
 DEFAULT_DIALPLAN = Path(__file__).resolve().parents[2] / "dialplans" / "default.yaml"
 TRANSFER_URI = "sip:agent@pbx.example.com"

@@ -1,4 +1,4 @@
-"""Tests for agent.dialogue: every step type, on a fake clock with scripted recogniser results.
+"""Tests for agent.dialplan.engine: every step type, on a fake clock with scripted recogniser results.
 
 The engine is a pure state machine: each test feeds it events (transcripts as the recogniser
 would deliver them, keys, timeouts, webhook/transfer/record/model outcomes) and checks the
@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from agent.dialogue import (
+from agent.dialplan.engine import (
     AskModel,
     CallWebhook,
     DialogueSession,
@@ -25,7 +25,7 @@ from agent.dialogue import (
     WebhookResult,
     call_variables,
 )
-from agent.dialplan import Dialplan, Endpointing, parse_dialplan
+from agent.dialplan.model import Dialplan, Endpointing, parse_dialplan
 
 TUESDAY_10AM_NY = datetime(2025, 3, 4, 15, 0, tzinfo=timezone.utc)  # 10:00 in New York
 

@@ -1,4 +1,4 @@
-"""Tests for agent.dialplan: loading, precise errors, routing patterns, templates, prompts."""
+"""Tests for agent.dialplan.model: loading, precise errors, routing patterns, templates, prompts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.dialplan import (
+from agent.dialplan.model import (
     AskStep,
     DialplanError,
     HangupStep,

@@ -1,4 +1,4 @@
-"""Tests for agent.dialplan_store: safe hot reload, driven by twisted.internet.task.Clock."""
+"""Tests for agent.dialplan.store: safe hot reload, driven by twisted.internet.task.Clock."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from twisted.internet.task import Clock
 
-from agent.dialogue import DialogueSession, Say
-from agent.dialplan import Dialplan, DialplanError, load_dialplans
-from agent.dialplan_store import DialplanStore
+from agent.dialplan.engine import DialogueSession, Say
+from agent.dialplan.model import Dialplan, DialplanError, load_dialplans
+from agent.dialplan.store import DialplanStore
 
 
 def text(greeting: str) -> str:

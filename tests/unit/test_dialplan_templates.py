@@ -1,10 +1,10 @@
-"""Tests for agent.templates: the safe template and condition language of dialplans."""
+"""Tests for agent.dialplan.templates: the safe template and condition language of dialplans."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.templates import (
+from agent.dialplan.templates import (
     JsonArray,
     JsonObject,
     Placeholder,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.dialplan import (
+from agent.dialplan.model import (
     DialplanError,
     GotoStep,
     HoursStep,
@@ -24,7 +24,7 @@ from agent.dialplan import (
     parse_dialplan,
     static_prompts,
 )
-from agent.dialplan_schema import SCHEMA_PATH, load_schema, validate_text
+from agent.dialplan.schema import SCHEMA_PATH, load_schema, validate_text
 
 DIALPLANS = Path(__file__).resolve().parents[2] / "dialplans"
 EXAMPLES = [DIALPLANS / "default.yaml", DIALPLANS / "bank.yaml", DIALPLANS / "appointments.yaml"]

@@ -1,5 +1,5 @@
 """TurnEndpointer and TranscriptAssembler on scripted timelines (milliseconds, no clock)."""
-from agent.endpointer import (
+from agent.call.endpointer import (
     EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, looks_unfinished,
 )
 

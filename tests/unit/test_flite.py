@@ -1,4 +1,4 @@
-"""Tests for in-process flite synthesis (agent.flite) and the PCM helpers (agent.audio_util)."""
+"""Tests for in-process flite synthesis (agent.speech.server.flite) and the PCM helpers (media.convert)."""
 from __future__ import annotations
 
 import array
@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from agent import audio_util, flite
+from agent.speech.server import flite
+from media import convert as audio_util
 
 
 def _duration_s(pcm: bytes, rate: int) -> float:

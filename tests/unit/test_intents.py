@@ -1,10 +1,10 @@
-"""Tests for agent.intents: tolerant matching of misrecognised speech, and refusing the rest."""
+"""Tests for agent.dialplan.intents: tolerant matching of misrecognised speech, and refusing the rest."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.intents import IntentMatcher, normalize, phonetic_key, token_similarity
+from agent.dialplan.intents import IntentMatcher, normalize, phonetic_key, token_similarity
 
 MENU = {
     "balance": [
@@ -234,7 +234,7 @@ def test_token_similarity_is_tolerant_but_not_blind() -> None:
 
 from datetime import date  # noqa: E402
 
-from agent.intents import (  # noqa: E402
+from agent.dialplan.intents import (  # noqa: E402
     expand_synonyms,
     parse_date,
     parse_digits,

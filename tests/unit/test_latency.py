@@ -1,4 +1,4 @@
-"""Turn-taking analysis on synthetic packet timelines (media/latency.py, agent/latency_report.py).
+"""Turn-taking analysis on synthetic packet timelines (media/latency.py, agent/tools/latency_report.py).
 
 Packets are 20 ms apart, as G.711 RTP is; times are seconds. No capture, no
 clock: each test builds the voiced-packet times of the caller and the agent and
@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from agent.latency_report import call_timelines, format_report, read_capture, summary
+from agent.tools.latency_report import call_timelines, format_report, read_capture, summary
 from media.latency import (
     AGENT_GAP_MS, PlayedItem, ScoreParams, Spurt, analyse, packet_runs, percentile, rtp_pacing, score_items,
     sip_calls, spurts,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from agent.phrase_lm import BOS, build_arpa, sentences
+from agent.speech.server.phrase_lm import BOS, build_arpa, sentences
 
 
 def _parse(arpa: str) -> dict[int, dict[tuple[str, ...], tuple[float, float]]]:

@@ -1,4 +1,4 @@
-"""Region routing cores: endpoint health, selection, load, versions (agent/regions.py).
+"""Region routing cores: endpoint health, selection, load, versions (agent/regions/selector.py).
 
 Pure: probe outcomes and times go in by hand, decisions come out. The scenario rows of
 the issue's target table (with the real prober on a fake clock) are in
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.regions import (
+from agent.regions.selector import (
     EndpointHealth,
     EndpointState,
     HealthPolicy,

@@ -14,8 +14,8 @@ from typing import Any, Callable
 import pytest
 from twisted.internet.task import Clock
 
-from agent.region_probe import ProbeOutcome, RegionProber
-from agent.regions import NoRegion, RegionSelector, RegionSpec, Selection
+from agent.regions.probe import ProbeOutcome, RegionProber
+from agent.regions.selector import NoRegion, RegionSelector, RegionSpec, Selection
 
 STEP_S = 0.01
 

@@ -1,4 +1,4 @@
-"""/regions JSON and the region Prometheus metrics (agent/regions_web.py)."""
+"""/regions JSON and the region Prometheus metrics (agent/regions/web.py)."""
 from __future__ import annotations
 
 import json
@@ -6,9 +6,9 @@ import json
 from prometheus_client import CollectorRegistry, generate_latest
 from twisted.web.test.requesthelper import DummyRequest
 
-from agent.region_probe import ProbeOutcome
-from agent.regions import RegionSelector, RegionSpec
-from agent.regions_web import RegionsResource, register_region_metrics
+from agent.regions.probe import ProbeOutcome
+from agent.regions.selector import RegionSelector, RegionSpec
+from agent.regions.web import RegionsResource, register_region_metrics
 
 
 def make_selector() -> RegionSelector:

@@ -12,9 +12,9 @@ import struct
 import pytest
 from twisted.internet.task import Clock
 
-from agent.dialogue import DialogueSession
-from agent.dialplan import load_dialplan
-from agent.session import CallSession, SessionSettings
+from agent.dialplan.engine import DialogueSession
+from agent.dialplan.model import load_dialplan
+from agent.call.session import CallSession, SessionSettings
 from media.vad import VadConfig
 
 FRAME = 320  # 10 ms at 16 kHz

@@ -5,9 +5,9 @@ import wave
 
 from twisted.internet import defer
 
-from agent.dialogue import DialogueSession, WebhookResult
-from agent.dialplan import parse_dialplan
-from agent.session import CallSession, SessionSettings
+from agent.dialplan.engine import DialogueSession, WebhookResult
+from agent.dialplan.model import parse_dialplan
+from agent.call.session import CallSession, SessionSettings
 from media.vad import VadConfig
 from tests.unit.test_session import FRAME, FakeControl, FakeReactor, FakeSpeech, tone_frame
 

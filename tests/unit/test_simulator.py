@@ -1,4 +1,4 @@
-"""Tests for agent.simulator: scripted simulations of the example dialplans, failure reports,
+"""Tests for agent.tools.simulator: scripted simulations of the example dialplans, failure reports,
 and the interactive loop fed from a string."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.dialplan import load_dialplan
-from agent.simulator import SimulatedCall, parse_now, run_interactive, run_script
-from agent.webhook import MockWebhooks
+from agent.dialplan.model import load_dialplan
+from agent.tools.simulator import SimulatedCall, parse_now, run_interactive, run_script
+from agent.integrations.webhook import MockWebhooks
 
 DIALPLANS = Path(__file__).resolve().parents[2] / "dialplans"
 SIMULATIONS = DIALPLANS / "simulations"

@@ -1,4 +1,4 @@
-"""Mid-call failover of recognition and synthesis streams (agent/speech_failover.py).
+"""Mid-call failover of recognition and synthesis streams (agent/speech/failover.py).
 
 Fake per-endpoint clients stand in for the Riva streams; a fake clock drives stall
 detection; region health is fed into a real RegionSelector by hand ("probes answered"
@@ -13,9 +13,9 @@ from typing import Any, Callable
 import pytest
 from twisted.internet.task import Clock, LoopingCall
 
-from agent.regions import RegionSelector, RegionSpec, Selection
-from agent.speech import RecognitionOptions, SpeechError
-from agent.speech_failover import (
+from agent.regions.selector import RegionSelector, RegionSpec, Selection
+from agent.speech.client import RecognitionOptions, SpeechError
+from agent.speech.failover import (
     FailoverEvent,
     FailoverSettings,
     RegionalSpeech,

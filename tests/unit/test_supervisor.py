@@ -11,7 +11,7 @@ from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from agent.supervisor import (
+from agent.app.supervisor import (
     RestartPolicy, Supervisor, SupervisorSettings, dispatcher_list, merge_metrics, parse_dispatcher_states,
     parse_kamailio_stats, plan_workers,
 )
@@ -152,7 +152,7 @@ class Harness:
         self.clock = Clock()
         self.spawned: list[tuple[Any, list[str], FakeTransport]] = []
         settings = SupervisorSettings(
-            workers=plans(workers), worker_argv=["python", "-m", "agent.cli", "serve"], capacity=4,
+            workers=plans(workers), worker_argv=["python", "-m", "agent.app.cli", "serve"], capacity=4,
             public_host="127.0.0.1", public_port=5060, metrics_host="127.0.0.1", metrics_port=9464,
             run_dir=kw.pop("run_dir"), embedded_speech=False, drain_timeout_s=30.0, kill_after_s=20.0,
             restart=RestartPolicy(initial_delay_s=0.5, factor=2.0, max_delay_s=4.0, stable_after_s=60.0), **kw)

@@ -5,8 +5,8 @@ from typing import Any
 
 from twisted.internet.task import Clock
 
-from agent.config import ServerConfig
-from agent.server import GOODBYE_PROMPT, GOODBYE_TIMEOUT_S, AgentServer
+from agent.app.config import ServerConfig
+from agent.app.server import GOODBYE_PROMPT, GOODBYE_TIMEOUT_S, AgentServer
 from sip.message import parse_request
 
 

@@ -88,11 +88,11 @@ def test_systemd_units_verify_and_drain_on_stop(tmp_path: pytest.TempPathFactory
 
 
 def _known_metric_names() -> set[str]:
-    from agent.config import ServerConfig
-    from agent.regions import HealthPolicy, RegionSelector, RegionSpec, SelectionPolicy
-    from agent.regions_web import register_region_metrics
-    from agent.server import AgentServer
-    from agent.supervisor import Supervisor, SupervisorSettings, plan_workers
+    from agent.app.config import ServerConfig
+    from agent.regions.selector import HealthPolicy, RegionSelector, RegionSpec, SelectionPolicy
+    from agent.regions.web import register_region_metrics
+    from agent.app.server import AgentServer
+    from agent.app.supervisor import Supervisor, SupervisorSettings, plan_workers
 
     server = AgentServer(ServerConfig(), Clock())
     selector = RegionSelector([RegionSpec("local", ("a:1",), ("a:1",))], health=HealthPolicy(),

@@ -1,4 +1,4 @@
-"""Tests for agent.webhook without a network: response interpretation, retry timing on a fake
+"""Tests for agent.integrations.webhook without a network: response interpretation, retry timing on a fake
 clock with a fake agent, and the mock executor used by the simulator."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from twisted.internet import defer, error
 from twisted.internet.task import Clock
 from twisted.web.client import ResponseNeverReceived
 
-from agent.dialogue import WebhookRequest, WebhookResult
-from agent.webhook import MockWebhooks, call_webhook, flatten_json, interpret_response
+from agent.dialplan.engine import WebhookRequest, WebhookResult
+from agent.integrations.webhook import MockWebhooks, call_webhook, flatten_json, interpret_response
 
 
 def request(**changes: Any) -> WebhookRequest:

@@ -1,6 +1,6 @@
 """Visibility of region routing: the ``/regions`` JSON resource and Prometheus metrics.
 
-Both read the :class:`agent.regions.RegionSelector` at request/scrape time on the reactor
+Both read the :class:`agent.regions.selector.RegionSelector` at request/scrape time on the reactor
 thread (twisted.web renders there; ``prometheus_client.twisted.MetricsResource`` too).
 
 Metrics (labels are bounded: region names come from config, reasons and results are
@@ -32,8 +32,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from twisted.web.resource import Resource
 
-from agent.region_probe import ProbeOutcome
-from agent.regions import NO_REGION_REASONS, SELECTION_REASONS, RegionSelector
+from agent.regions.probe import ProbeOutcome
+from agent.regions.selector import NO_REGION_REASONS, SELECTION_REASONS, RegionSelector
 
 _PROBE_BUCKETS = (0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5)
 
@@ -202,5 +202,5 @@ def register_region_metrics(
     registry: CollectorRegistry, selector: RegionSelector, clock: Callable[[], float]
 ) -> RegionMetrics:
     """Register every region metric on ``registry``; pass the result's ``observe_probe``
-    to :class:`agent.region_probe.RegionProber` as ``on_probe``."""
+    to :class:`agent.regions.probe.RegionProber` as ``on_probe``."""
     return RegionMetrics(registry, selector, clock)

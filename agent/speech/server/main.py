@@ -50,7 +50,7 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
   and a stop inside a sentence (a flush comes in most of them) is lengthened only by what
   the quiet did not make up for; word times leave the padding out. Without that, "... the
   downtown branch" came out "... downtown friend", and a stream replayed to another region
-  from the silence before it (see :mod:`agent.speech_failover`) decoded other words than
+  from the silence before it (see :mod:`agent.speech.failover`) decoded other words than
   the original. Over the 769 utterances of 55 recorded bench calls the finals were the
   same but six ("are you open today" as "... to that" four times: the padding fell in the
   stop before the "t"; "um" as "mhm" twice); with the general model 14 of 50 flite
@@ -62,7 +62,7 @@ Streaming recognition semantics (one stream carries a whole call, i.e. many utte
 * ``speech_contexts`` (phrase hints): the phrases of every context with ``boost`` >= 0
   (at most 5,000 phrases) replace the general 130k-word language model for that stream
   by a trigram model of those phrases plus common request wording ("I would like to",
-  "can you tell me", ...; see :mod:`agent.phrase_lm`) and, as unigrams, the 1,000
+  "can you tell me", ...; see :mod:`agent.speech.server.phrase_lm`) and, as unigrams, the 1,000
   commonest words of the general model, with a dictionary of just those words. Words the pronunciation dictionary lacks are left out. For the few dozen
   phrases of a dialplan this is both more accurate and several times cheaper to decode,
   and the last word of a turn is recognised ~100 ms sooner. Without hints the general
@@ -102,7 +102,7 @@ other than ``LINEAR_PCM``/``MULAW``/``ALAW`` and a rate outside 8000..48000 (0 m
 and streams it in chunks of at most 100 ms, the first as soon as the first sentence is
 ready.
 
-Run standalone with ``python -m agent.speech_server --listen 127.0.0.1:50051``; it prints
+Run standalone with ``python -m agent.speech.server --listen 127.0.0.1:50051``; it prints
 ``speech server listening on HOST:PORT`` and stops cleanly on SIGTERM/SIGINT.
 """
 from __future__ import annotations
@@ -134,7 +134,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from riva.client.proto import riva_asr_pb2, riva_asr_pb2_grpc, riva_tts_pb2, riva_tts_pb2_grpc
 from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
-from agent import audio_util, flite, phrase_lm
+from agent.speech.server import flite, phrase_lm
+from media import convert as audio_util
 from media.vad import EnergyVad, VadConfig
 
 log = logging.getLogger("openclaw.speech_server")
@@ -177,7 +178,7 @@ MAX_UTTERANCE_MS = 30_000
 MIN_INPUT_RATE_HZ = 8000
 MAX_INPUT_RATE_HZ = 96000
 MAX_HINT_PHRASES = 5000
-#: everyday words a phrase-hint model also knows (see agent.phrase_lm.build_arpa)
+#: everyday words a phrase-hint model also knows (see agent.speech.server.phrase_lm.build_arpa)
 BACKGROUND_WORDS = 1000
 
 TTS_CHUNK_MS = 100
@@ -1587,9 +1588,9 @@ def run(listen: str, max_workers: int = 32, decode_processes: int | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.speech_server [--listen HOST:PORT] [--max-workers N] [--decode-processes N]``."""
+    """``python -m agent.speech.server [--listen HOST:PORT] [--max-workers N] [--decode-processes N]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m agent.speech_server", description="Riva-compatible speech server (pocketsphinx + flite)."
+        prog="python -m agent.speech.server", description="Riva-compatible speech server (pocketsphinx + flite)."
     )
     parser.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT to listen on (port 0 = any)")
     parser.add_argument("--max-workers", type=int, default=32, help="concurrent RPC limit (threads)")
@@ -1602,9 +1603,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     return run(args.listen, args.max_workers, args.decode_processes)
 
-
-if __name__ == "__main__":
-    # Run through the package module so spawned decode workers find their target by its real name.
-    from agent.speech_server import main as _package_main
-
-    raise SystemExit(_package_main())

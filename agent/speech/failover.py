@@ -1,9 +1,9 @@
 """Mid-call speech failover: keep a call's recognition and synthesis going when its region fails.
 
 :class:`RegionalSpeech` is the speech of one call, bound to the region chosen for it
-(:class:`agent.regions.Selection`). It offers the same two methods as
-:class:`agent.speech.SpeechClient` that a session uses (``open_recognition``,
-``synthesize_stream``), so :class:`agent.session.CallSession` takes it unchanged.
+(:class:`agent.regions.selector.Selection`). It offers the same two methods as
+:class:`agent.speech.client.SpeechClient` that a session uses (``open_recognition``,
+``synthesize_stream``), so :class:`agent.call.session.CallSession` takes it unchanged.
 
 Recognition (:class:`FailoverRecognitionStream`)
     Caller audio is pushed to the region's stream and kept in a :class:`ReplayBuffer`
@@ -45,7 +45,7 @@ Synthesis (:class:`FailoverSynthesisStream`)
 
 Threads: ``push_audio`` may be called from any thread and never waits for the network.
 Recognition callbacks run on the reactor thread; synthesis ``on_audio``/``on_done`` on a
-speech worker thread (as :class:`agent.speech.SynthesisStream`), ``on_error`` on the
+speech worker thread (as :class:`agent.speech.client.SynthesisStream`), ``on_error`` on the
 reactor thread. Everything else (selection, failover, load accounting) runs on the
 reactor thread.
 """
@@ -62,9 +62,9 @@ import riva.client
 from riva.client.proto import riva_asr_pb2
 from twisted.logger import Logger
 
-from agent import audio_util
-from agent.regions import EndpointState, NoRegion, RegionSelector, Selection
-from agent.speech import RecognitionOptions, RecognitionStream, SpeechClient, SpeechError
+from media import convert as audio_util
+from agent.regions.selector import EndpointState, NoRegion, RegionSelector, Selection
+from agent.speech.client import RecognitionOptions, RecognitionStream, SpeechClient, SpeechError
 
 log = Logger(namespace="openclaw.regions")
 
@@ -287,7 +287,7 @@ class StallDetector:
 
 
 class SpeechEndpointClient(Protocol):
-    """What a failover stream needs of a per-endpoint client (a :class:`~agent.speech.SpeechClient`)."""
+    """What a failover stream needs of a per-endpoint client (a :class:`~agent.speech.client.SpeechClient`)."""
 
     def open_recognition(
         self,
@@ -351,7 +351,7 @@ def _close_in_background(stream: Any) -> None:
 class RegionalSpeech:
     """Speech of one call, kept in its region and moved only when that region fails.
 
-    Implements the ``Speech`` protocol of :mod:`agent.session`. Create it on the reactor
+    Implements the ``Speech`` protocol of :mod:`agent.call.session`. Create it on the reactor
     thread with the call's :class:`Selection`; every stream it opens takes one slot of
     its region's capacity (:meth:`RegionSelector.acquire`) until it ends.
     """

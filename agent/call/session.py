@@ -26,17 +26,17 @@ from typing import Any, Callable, Protocol
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
-from agent.dialogue import (
+from agent.dialplan.engine import (
     Action, AskModel, CallWebhook, DialogueSession, Hangup, Listen, Record, Say, Transfer, WebhookRequest,
     WebhookResult,
 )
-from agent.audio_util import StreamResampler
-from agent.bargein import BargeIn, BargeInConfig, Verdict
-from agent.endpointer import (
+from media.convert import StreamResampler
+from agent.call.bargein import BargeIn, BargeInConfig, Verdict
+from agent.call.endpointer import (
     EndOfTurn, EndpointerConfig, TranscriptAssembler, TranscriptState, TurnEndpointer, is_backchannel,
 )
-from agent.metrics import AgentMetrics
-from agent.speech import RecognitionOptions
+from agent.app.metrics import AgentMetrics
+from agent.speech.client import RecognitionOptions
 from media.frames import SAMPLE_RATE_HZ, duration_ms
 from media.frames import duration_ms as duration_ms_of
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
@@ -71,7 +71,7 @@ class SynthesisStream(Protocol):
 
 
 class Speech(Protocol):
-    """The part of :class:`agent.speech.SpeechClient` a session uses."""
+    """The part of :class:`agent.speech.client.SpeechClient` a session uses."""
 
     def open_recognition(self, options: RecognitionOptions, *, on_interim: Callable[[str], None],
                          on_final: Callable[[str, float], None],

@@ -16,14 +16,14 @@ log = Logger(namespace="openclaw.serve")
 
 
 def main_serve(args: Any) -> int:
-    from agent.config import RegionSettings, load_config
-    from agent.dialplan import DialplanError
+    from agent.app.config import RegionSettings, load_config
+    from agent.dialplan.model import DialplanError
 
     if getattr(args, "workers", 1) != 1 or getattr(args, "front", "none") != "none":
         if getattr(args, "workers", 1) < 1:
             print("openclaw-voice: --workers must be at least 1", file=sys.stderr)
             return 2
-        from agent.supervisor import main_supervise
+        from agent.app.supervisor import main_supervise
 
         return main_supervise(args)
     try:
@@ -55,7 +55,7 @@ def main_serve(args: Any) -> int:
 
     from twisted.internet import reactor
 
-    from agent.server import AgentServer, install_signal_handlers, stop_reactor
+    from agent.app.server import AgentServer, install_signal_handlers, stop_reactor
 
     try:
         server = AgentServer(config, reactor)

@@ -9,7 +9,7 @@ Files are read once, at the edge, with PyYAML's node composer so every problem i
 collects every problem found into one :class:`DialplanError`:
 
 * structure, against the published JSON Schema (``dialplans/schema.json``, see
-  :mod:`agent.dialplan_schema`) and the loader's own stricter reading (unknown keys are errors);
+  :mod:`agent.dialplan.schema`) and the loader's own stricter reading (unknown keys are errors);
 * references: every ``goto``/``next``/``then``/``on_failure`` target, route flow, variable used
   in a template or condition, and intent named in a condition exists;
 * the shape of each flow: no step that nothing leads to, no loop that nothing leads out of;
@@ -38,8 +38,8 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from agent.intents import SLOT_TYPES, slot_phrases
-from agent.templates import (
+from agent.dialplan.intents import SLOT_TYPES, slot_phrases
+from agent.dialplan.templates import (
     Expression,
     JsonArray,
     JsonObject,
@@ -1524,7 +1524,7 @@ class _FileParser:
 
     def _schema_check(self, root: Node) -> None:
         """Validate against dialplans/schema.json; report what the loader did not already."""
-        from agent.dialplan_schema import validate_node
+        from agent.dialplan.schema import validate_node
 
         lines = {issue.mark.line for issue in self.issues}
         for line, column, message in validate_node(root):

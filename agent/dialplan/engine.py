@@ -30,7 +30,7 @@ actions.
     or None), ``max_digits`` and ``terminator`` (keypad entry; the engine itself collects the
     digits, each key re-issues a ``Listen`` whose timeout is the inter-digit timeout and
     ``collecting_digits`` is true), ``language``, ``asr_model`` (a version pin: route the call's
-    recognition to a region serving it), ``endpointing`` (an :class:`~agent.dialplan.Endpointing`,
+    recognition to a region serving it), ``endpointing`` (an :class:`~agent.dialplan.model.Endpointing`,
     None fields meaning the server default) and ``step``.
 
 ``Transfer(target_uri, mode="blind", timeout_ms=30000, queue=None)``
@@ -43,7 +43,7 @@ actions.
     it returns ``[]`` and is ended: keep the bridge up until either party hangs up.
 
 ``CallWebhook(request: WebhookRequest)``
-    Call the integrator's HTTP endpoint (``agent.webhook.call_webhook(reactor, request)`` does
+    Call the integrator's HTTP endpoint (``agent.integrations.webhook.call_webhook(reactor, request)`` does
     it, with the request's timeout, retries and backoff) and report
     ``on_webhook_result(result: WebhookResult)``. The engine waits; caller input meanwhile is
     ignored.
@@ -102,7 +102,7 @@ from typing import Any, Callable, Iterator, Mapping, Union
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
-from agent.dialplan import (
+from agent.dialplan.model import (
     AskStep,
     BranchStep,
     Dialplan,
@@ -126,14 +126,14 @@ from agent.dialplan import (
     WebhookStep,
     prompt_cache_key,
 )
-from agent.intents import (
+from agent.dialplan.intents import (
     IntentMatch,
     IntentMatcher,
     expand_synonyms,
     parse_slot,
     strip_slot_words,
 )
-from agent.templates import render_json, to_text
+from agent.dialplan.templates import render_json, to_text
 
 __all__ = [
     "Action",

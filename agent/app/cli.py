@@ -20,7 +20,7 @@ class _TurnAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        from agent.caller import CallerTurn
+        from agent.tools.caller import CallerTurn
 
         turns = getattr(namespace, "turns", None) or []
         kind = {"--say": "say", "--wav": "wav", "--dtmf": "dtmf"}[option_string or "--say"]
@@ -123,19 +123,19 @@ def main(argv: list[str] | None = None) -> int:
     # every thread to stderr, which the log collects, instead of dying silently.
     faulthandler.enable(all_threads=True)
     if args.command == "serve":
-        from agent.serve import main_serve
+        from agent.app.serve import main_serve
 
         return main_serve(args)
     if args.command == "speech-server":
-        from agent.speech_server import run
+        from agent.speech.server.main import run
 
         return run(args.listen)
     if args.command == "call":
-        from agent.caller import main_call
+        from agent.tools.caller import main_call
 
         return main_call(args)
     if args.command == "latency-report":
-        from agent.latency_report import main_report
+        from agent.tools.latency_report import main_report
 
         return main_report(args)
     if args.command == "dialplan":
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dialplan_check(paths: list[str], each: bool = False) -> int:
     """Validate *paths* together (or each alone): every problem as file:line:column: message."""
-    from agent.dialplan import DialplanError, load_dialplans
+    from agent.dialplan.model import DialplanError, load_dialplans
 
     groups = [[path] for path in paths] if each else [paths]
     status = 0
@@ -169,9 +169,9 @@ def _dialplan_check(paths: list[str], each: bool = False) -> int:
 
 def _dialplan_simulate(args: argparse.Namespace) -> int:
     """Run a flow interactively (stdin) or the scenarios of --script."""
-    from agent.dialplan import DialplanError, load_dialplans
-    from agent.simulator import RealWebhooks, SimulatedCall, parse_now, run_interactive, run_script
-    from agent.webhook import MockWebhooks
+    from agent.dialplan.model import DialplanError, load_dialplans
+    from agent.tools.simulator import RealWebhooks, SimulatedCall, parse_now, run_interactive, run_script
+    from agent.integrations.webhook import MockWebhooks
 
     variables: dict[str, str] = {}
     for item in args.var:

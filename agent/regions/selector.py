@@ -2,8 +2,8 @@
 
 Nothing here does I/O or reads a clock: every method that depends on time takes ``now``
 (seconds, any monotonic-enough origin; the server passes ``reactor.seconds()``). The
-prober (:mod:`agent.region_probe`) feeds probe outcomes in; the server and the failover
-streams (:mod:`agent.speech_failover`) ask for decisions. All of it runs on one thread
+prober (:mod:`agent.regions.probe`) feeds probe outcomes in; the server and the failover
+streams (:mod:`agent.speech.failover`) ask for decisions. All of it runs on one thread
 (the reactor); nothing here is locked.
 
 * :class:`RegionSpec` — one region of the config (frozen, validated on construction).

@@ -51,7 +51,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.endpointer import is_acknowledgement, is_backchannel, words
+from agent.call.endpointer import is_acknowledgement, is_backchannel, words
 
 #: words people use to stop someone talking: they take the turn however short the voice
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())

@@ -47,7 +47,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
-from agent.config import PACKAGE_ROOT, ServerConfig
+from agent.app.config import PACKAGE_ROOT, ServerConfig
 
 log = Logger(namespace="openclaw.supervisor")
 
@@ -476,7 +476,7 @@ class Supervisor:
         listen = f"127.0.0.1:{self.speech_address.rsplit(':', 1)[1]}" if self.speech_address else "127.0.0.1:0"
         self.speech = self.speech or Child("speech-server", [], self._env(), on_line=self._child_line,
                                            on_exit=self._child_exit)
-        self.speech.argv = [sys.executable, "-m", "agent.speech_server", "--listen", listen]
+        self.speech.argv = [sys.executable, "-m", "agent.speech.server", "--listen", listen]
         self._speech_ready = defer.Deferred()
         self._start_child(self.speech)
         return self._speech_ready
@@ -926,7 +926,7 @@ def settings_from_args(args: Any, config: ServerConfig) -> SupervisorSettings:
     plans = plan_workers(args.workers, host=worker_host, sip_port=port, worker_port=args.worker_port,
                          metrics_port=metrics_port, rtp_port=rtp_port, rtp_port_range=rtp_range,
                          call_records=records)
-    worker_argv = [sys.executable, "-m", "agent.cli", "serve"]
+    worker_argv = [sys.executable, "-m", "agent.app.cli", "serve"]
     if args.config:
         worker_argv += ["--config", os.path.abspath(args.config)]
     for d in args.dialplan or ():
@@ -953,8 +953,8 @@ def main_supervise(args: Any) -> int:
 
     from dataclasses import replace
 
-    from agent.config import load_config
-    from agent.dialplan import DialplanError, load_dialplans
+    from agent.app.config import load_config
+    from agent.dialplan.model import DialplanError, load_dialplans
     from agent.yamlmarks import ConfigError
 
     try:

@@ -8,7 +8,7 @@ from twisted.internet import defer
 from twisted.web.client import Agent, readBody
 from twisted.web.http_headers import Headers
 
-from agent.dialogue import AskModel
+from agent.dialplan.engine import AskModel
 
 
 class ModelError(Exception):

@@ -27,7 +27,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 __all__ = ["SCHEMA_PATH", "load_schema", "validate_node", "validate_text"]
 
 SCHEMA_PATH = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dialplans", "schema.json"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "dialplans", "schema.json"
 )
 
 _Issue = tuple[int, int, str]

@@ -1,4 +1,4 @@
-"""Continuous probing of every region endpoint; feeds :class:`agent.regions.RegionSelector`.
+"""Continuous probing of every region endpoint; feeds :class:`agent.regions.selector.RegionSelector`.
 
 Every ``interval_s`` (default 250 ms) each speech endpoint gets a ``grpc.health.v1``
 ``Check`` through gRPC's futures API (no thread per probe; at most ``max_outstanding``
@@ -41,7 +41,7 @@ from twisted.internet import defer
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from agent.regions import RegionSelector
+from agent.regions.selector import RegionSelector
 
 log = Logger(namespace="openclaw.regions")
 

@@ -139,7 +139,7 @@ class CallerSource:
 
 def read_wav(path: str) -> bytes:
     """A WAV file as 16 kHz mono 16-bit PCM."""
-    from agent.audio_util import resample
+    from media.convert import resample
 
     with wave.open(path, "rb") as w:
         if w.getsampwidth() != 2:
@@ -160,8 +160,8 @@ def transcribe(speech: Any, pcm: bytes, timeout_s: float = 20.0, narrowband: boo
 
     *narrowband*: the audio came through a G.711 call; it is sent at 8 kHz.
     """
-    from agent.audio_util import resample
-    from agent.speech import RecognitionOptions
+    from media.convert import resample
+    from agent.speech.client import RecognitionOptions
 
     rate = SAMPLE_RATE_HZ
     if narrowband:
@@ -384,17 +384,17 @@ def report_json(report: CallReport) -> str:
 
 
 def main_call(args: Any) -> int:
-    """Entry point of ``openclaw-voice call`` (args from agent.cli)."""
+    """Entry point of ``openclaw-voice call`` (args from agent.app.cli)."""
     from twisted.internet import reactor
 
-    from agent.speech import SpeechClient
+    from agent.speech.client import SpeechClient
 
     turns = list(args.turns or [])
     embedded = None
     if args.speech_uri:
         uri = args.speech_uri
     else:
-        from agent.speech_server import start_speech_server
+        from agent.speech.server.main import start_speech_server
 
         embedded = start_speech_server("127.0.0.1:0")
         uri = embedded.address

@@ -1,9 +1,9 @@
 """Try a dialplan without a phone: ``openclaw-voice dialplan simulate``.
 
 :class:`SimulatedCall` runs one call through the real dialogue engine
-(:class:`~agent.dialogue.DialogueSession`) and carries out its actions the way the call session
+(:class:`~agent.dialplan.engine.DialogueSession`) and carries out its actions the way the call session
 would, minus audio: prompts become text, webhooks are called for real or answered from a mock
-file (:class:`~agent.webhook.MockWebhooks`), transfers, recordings and model replies are
+file (:class:`~agent.integrations.webhook.MockWebhooks`), transfers, recordings and model replies are
 simulated with configurable outcomes. Each call returns :class:`Output` lines: what the agent
 says and a ``[flow/step]`` trace of what ran.
 
@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 
 import yaml
 
-from agent.dialogue import (
+from agent.dialplan.engine import (
     Action,
     AskModel,
     CallWebhook,
@@ -43,8 +43,8 @@ from agent.dialogue import (
     WebhookResult,
     call_variables,
 )
-from agent.dialplan import Dialplan, DialplanError, load_dialplans
-from agent.webhook import MockWebhooks
+from agent.dialplan.model import Dialplan, DialplanError, load_dialplans
+from agent.integrations.webhook import MockWebhooks
 
 __all__ = [
     "Output",
@@ -98,7 +98,7 @@ class RealWebhooks:
     def __call__(self, request: WebhookRequest) -> WebhookResult:
         from twisted.internet.threads import blockingCallFromThread
 
-        from agent.webhook import call_webhook
+        from agent.integrations.webhook import call_webhook
 
         if self._thread is None:
             self._thread = threading.Thread(

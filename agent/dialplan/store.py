@@ -1,8 +1,8 @@
 """Hot reload of dialplans: validate the new version first, keep the old one if it is invalid.
 
 :class:`DialplanStore` holds the dialplan that new calls get (:attr:`DialplanStore.current`, an
-immutable :class:`~agent.dialplan.Dialplan`). A call keeps the ``Dialplan`` object it started
-with (the :class:`~agent.dialogue.DialogueSession` holds it), so replacing ``current`` never
+immutable :class:`~agent.dialplan.model.Dialplan`). A call keeps the ``Dialplan`` object it started
+with (the :class:`~agent.dialplan.engine.DialogueSession` holds it), so replacing ``current`` never
 changes or drops a call in progress.
 
 Reloads happen on :meth:`DialplanStore.reload` (the server calls it on SIGHUP) and, after
@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from agent.dialplan import Dialplan, DialplanError, load_dialplans
+from agent.dialplan.model import Dialplan, DialplanError, load_dialplans
 
 __all__ = ["DialplanStore", "FileState"]
 
@@ -65,7 +65,7 @@ class DialplanStore:
 
     *paths*: the dialplan files (loaded together, in order). *clock*: an ``IReactorTime`` for
     the watcher. *loader*: ``paths -> Dialplan`` raising :class:`DialplanError` (default
-    :func:`~agent.dialplan.load_dialplans`). *on_error(error)* is called for each failed reload
+    :func:`~agent.dialplan.model.load_dialplans`). *on_error(error)* is called for each failed reload
     (the old version stays); *on_reload(new, old)* after each successful one. The first load
     happens in the constructor and raises :class:`DialplanError` when the files are invalid
     (there is nothing to fall back to).

@@ -4,7 +4,7 @@ The Twisted reactor owns the process. :class:`AgentServer` is the
 application behind the pjsua2 adapter: it admits or refuses each INVITE
 (capacity → 503 with Retry-After, unrouted number → 404) before pjsua
 allocates a call, answers admitted calls, wires each one to a
-:class:`~agent.session.CallSession`, and keeps metrics and call records.
+:class:`~agent.call.session.CallSession`, and keeps metrics and call records.
 """
 from __future__ import annotations
 
@@ -24,19 +24,19 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from agent.config import ServerConfig
-from agent.dialogue import DialogueSession
-from agent.dialplan import Dialplan, static_prompts
-from agent.dialplan_store import DialplanStore
-from agent.webhook import call_webhook
-from agent.endpointer import EndpointerConfig
-from agent.metrics import AgentMetrics
-from agent.session import CallSession, SessionSettings
-from agent.model_client import ask_model
-from agent.region_probe import RegionProber
-from agent.regions import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
-from agent.regions_web import RegionsResource, register_region_metrics
-from agent.speech_failover import FailoverSettings, RegionalSpeech, SpeechClientPool
+from agent.app.config import ServerConfig
+from agent.dialplan.engine import DialogueSession
+from agent.dialplan.model import Dialplan, static_prompts
+from agent.dialplan.store import DialplanStore
+from agent.integrations.webhook import call_webhook
+from agent.call.endpointer import EndpointerConfig
+from agent.app.metrics import AgentMetrics
+from agent.call.session import CallSession, SessionSettings
+from agent.integrations.model import ask_model
+from agent.regions.probe import RegionProber
+from agent.regions.selector import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
+from agent.regions.web import RegionsResource, register_region_metrics
+from agent.speech.failover import FailoverSettings, RegionalSpeech, SpeechClientPool
 from media.trim import trim_silence
 from media.vad import VadConfig
 from sip.message import SipRequest
@@ -223,7 +223,7 @@ class AgentServer:
         env["OPENCLAW_PARENT_PID"] = str(os.getpid())
         self._speech_transport = self.reactor.spawnProcess(
             proc, sys.executable,
-            [sys.executable, "-m", "agent.speech_server", "--listen", "127.0.0.1:0"], env=env)
+            [sys.executable, "-m", "agent.speech.server", "--listen", "127.0.0.1:0"], env=env)
         self._speech_proc = proc
         return proc.ready
 

@@ -1,9 +1,9 @@
-"""Webhook executors: carry out the dialogue's :class:`~agent.dialogue.CallWebhook` actions.
+"""Webhook executors: carry out the dialogue's :class:`~agent.dialplan.engine.CallWebhook` actions.
 
 * :func:`call_webhook` performs the HTTP request with Twisted's ``twisted.web.client.Agent``:
   a JSON body (POST/PUT) or query (GET), a timeout per attempt, retries with exponential
   backoff after a timeout, a connection error or a 5xx answer. Its Deferred always fires with a
-  :class:`~agent.dialogue.WebhookResult` (never errbacks): success carries the response JSON
+  :class:`~agent.dialplan.engine.WebhookResult` (never errbacks): success carries the response JSON
   object's fields flattened into dotted variables (``{"owner": {"name": "Ann"}}`` gives
   ``owner.name = "Ann"``); failure carries a short *reason* (``timeout``, ``http 503``,
   ``bad json: ...``, ``connection refused``, ...) that the dialplan can read as
@@ -34,7 +34,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
-from agent.dialogue import WebhookRequest, WebhookResult
+from agent.dialplan.engine import WebhookRequest, WebhookResult
 
 __all__ = [
     "MAX_BODY_BYTES",
