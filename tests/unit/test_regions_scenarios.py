@@ -16,15 +16,11 @@ from twisted.internet.task import Clock
 
 from agent.regions.probe import ProbeOutcome, RegionProber
 from agent.regions.selector import NoRegion, RegionSelector, RegionSpec, Selection
+from tests.fakes import FakeReactor
 
 STEP_S = 0.01
 
 
-class FakeReactor(Clock):
-    """A Clock whose callFromThread runs at once (everything is on one thread here)."""
-
-    def callFromThread(self, f: Callable[..., Any], *args: Any, **kw: Any) -> None:  # noqa: N802
-        f(*args, **kw)
 
 
 @dataclass

@@ -10,12 +10,12 @@ import os
 import struct
 
 import pytest
-from twisted.internet.task import Clock
 
 from agent.dialplan.engine import DialogueSession
 from agent.dialplan.model import load_dialplan
 from agent.call.session import CallSession, SessionSettings
 from media.vad import VadConfig
+from tests.fakes import FakeReactor
 
 FRAME = 320  # 10 ms at 16 kHz
 DEFAULT = os.path.join(os.path.dirname(__file__), "..", "..", "dialplans", "default.yaml")
@@ -25,9 +25,6 @@ def tone_frame(amplitude: int = 8000) -> bytes:
     return struct.pack("<160h", *(int(amplitude * math.sin(2 * math.pi * 300 * i / 16000)) for i in range(160)))
 
 
-class FakeReactor(Clock):
-    def callFromThread(self, f, *a, **kw):  # noqa: N802
-        f(*a, **kw)
 
 
 class FakeStream:

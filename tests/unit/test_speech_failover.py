@@ -24,6 +24,7 @@ from agent.speech.failover import (
     StallDetector,
     VoicingMeter,
 )
+from tests.fakes import FakeReactor
 
 RATE = 16000
 CHUNK = 640  # 20 ms
@@ -31,9 +32,6 @@ VOICED = struct.pack("<320h", *(int(3000 * math.sin(2 * math.pi * 440 * i / RATE
 SILENT = b"\0" * CHUNK
 
 
-class FakeReactor(Clock):
-    def callFromThread(self, f: Callable[..., Any], *args: Any, **kw: Any) -> None:  # noqa: N802
-        f(*args, **kw)
 
 
 class FakeRecognition:
