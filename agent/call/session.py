@@ -36,7 +36,7 @@ from agent.call.endpointer import (
     EndOfTurn, EndpointerConfig, TranscriptAssembler, TranscriptState, TurnEndpointer, is_backchannel,
 )
 from agent.app.metrics import AgentMetrics
-from agent.speech.client import RecognitionOptions
+from agent.speech.api import RecognitionOptions, RecognitionStream, Speech, SynthesisStream
 from media.frames import SAMPLE_RATE_HZ, duration_ms
 from media.frames import duration_ms as duration_ms_of
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
@@ -59,27 +59,6 @@ class Reactor(Protocol):
     def seconds(self) -> float: ...
     def callLater(self, delay: float, f: Callable[..., Any], *a: Any, **kw: Any) -> IDelayedCall: ...
     def callFromThread(self, f: Callable[..., Any], *a: Any, **kw: Any) -> None: ...
-
-
-class RecognitionStream(Protocol):
-    def push_audio(self, pcm16: bytes, level_dbfs: float | None = None) -> None: ...
-    def close(self) -> None: ...
-
-
-class SynthesisStream(Protocol):
-    def cancel(self) -> None: ...
-
-
-class Speech(Protocol):
-    """The part of :class:`agent.speech.client.SpeechClient` a session uses."""
-
-    def open_recognition(self, options: RecognitionOptions, *, on_interim: Callable[[str], None],
-                         on_final: Callable[[str, float], None],
-                         on_error: Callable[[Exception], None]) -> RecognitionStream: ...
-
-    def synthesize_stream(self, text: str, *, sample_rate_hz: int, on_audio: Callable[[bytes], None],
-                          on_done: Callable[[], None], on_error: Callable[[Exception], None],
-                          voice: str | None = None) -> SynthesisStream: ...
 
 
 class CallControl(Protocol):

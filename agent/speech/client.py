@@ -28,13 +28,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Callable
 
 import grpc
 import riva.client
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from riva.client.proto import riva_asr_pb2
+
+from agent.speech.api import RecognitionOptions
 
 log = logging.getLogger("openclaw.speech")
 
@@ -52,20 +53,6 @@ MAX_COALESCED_BYTES = 32_000  # one request carries at most ~1 s of 16 kHz pcm16
 JOIN_TIMEOUT_S = 5.0
 #: ``speech_contexts`` boost of phrase hints (Riva's word boosting takes roughly 0..100)
 PHRASE_BOOST = 20.0
-
-
-@dataclass(frozen=True)
-class RecognitionOptions:
-    """What a recognition stream is asked for (the same at every layer that opens one)."""
-
-    #: rate of the pcm16 mono audio that will be pushed
-    sample_rate_hz: int
-    #: trailing silence that ends an utterance (None: the server's default)
-    stop_history_ms: int | None = None
-    interim_results: bool = True
-    #: what the caller is expected to say, sent as a boosted ``speech_contexts`` hint
-    #: (the embedded engine then decodes with a model of just these)
-    phrases: tuple[str, ...] = ()
 
 
 class SpeechError(Exception):

@@ -64,6 +64,7 @@ from twisted.logger import Logger
 
 from media import convert as audio_util
 from agent.regions.selector import EndpointState, NoRegion, RegionSelector, Selection
+from agent.speech.api import SpeechEndpointClient
 from agent.speech.client import RecognitionOptions, RecognitionStream, SpeechClient, SpeechError
 
 log = Logger(namespace="openclaw.regions")
@@ -284,33 +285,6 @@ class StallDetector:
 # --------------------------------------------------------------------------------------
 # speech client with final positions
 # --------------------------------------------------------------------------------------
-
-
-class SpeechEndpointClient(Protocol):
-    """What a failover stream needs of a per-endpoint client (a :class:`~agent.speech.client.SpeechClient`)."""
-
-    def open_recognition(
-        self,
-        options: RecognitionOptions,
-        *,
-        on_interim: Callable[[str], None],
-        on_final: Callable[[str, float], None],
-        on_error: Callable[[Exception], None],
-        on_final_marks: Callable[[float | None, float], None] | None = None,
-    ) -> Any: ...
-
-    def synthesize_stream(
-        self,
-        text: str,
-        *,
-        sample_rate_hz: int,
-        on_audio: Callable[[bytes], None],
-        on_done: Callable[[], None],
-        on_error: Callable[[Exception], None],
-        voice: str | None = None,
-    ) -> Any: ...
-
-    def close(self) -> None: ...
 
 
 class SpeechClientPool:
