@@ -1,25 +1,50 @@
-"""Small PCM helpers shared by the speech server and client: resampling and G.711.
+"""PCM conversions for the whole project: levels, resampling and G.711.
 
 All functions take and return 16-bit signed little-endian mono PCM (``pcm16``) unless
-their name says otherwise. ``audioop`` is in the standard library up to Python 3.12 and
-comes from the ``audioop-lts`` package on 3.13+.
+their name says otherwise. This is the one module that imports ``audioop``: it is in the
+standard library up to Python 3.12 and comes from the ``audioop-lts`` package on 3.13+.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 with warnings.catch_warnings():
+    # 3.11 and 3.12 warn that audioop leaves the standard library in 3.13.
     warnings.simplefilter("ignore", DeprecationWarning)
     import audioop
 
 SAMPLE_WIDTH_BYTES = 2
 
-# One definition of a frame's level for the whole project.
-from media.frames import rms_dbfs  # noqa: E402,F401
-
 # audioop.ratecv carries filter state between calls so that a stream resampled chunk by
 # chunk is identical to the whole signal resampled at once.
 RatecvState = tuple[int, tuple[tuple[int, int], ...]] | None
+
+
+def rms(pcm: bytes) -> int:
+    """Root-mean-square sample value of pcm16 (a trailing odd byte is ignored)."""
+    usable = len(pcm) - len(pcm) % SAMPLE_WIDTH_BYTES
+    if usable == 0:
+        return 0
+    return int(audioop.rms(pcm[:usable], SAMPLE_WIDTH_BYTES))
+
+
+def rms_dbfs(pcm: bytes) -> float:
+    """Root-mean-square level of a frame in dBFS (-inf dB for digital silence)."""
+    level = rms(pcm)
+    if level == 0:
+        return -math.inf
+    return 20.0 * math.log10(level / 32768.0)
+
+
+def peak(pcm: bytes) -> int:
+    """Largest absolute sample value of pcm16."""
+    return int(audioop.max(pcm, SAMPLE_WIDTH_BYTES))
+
+
+def scale(pcm: bytes, factor: float) -> bytes:
+    """pcm16 with every sample multiplied by *factor* (clipped to the 16-bit range)."""
+    return audioop.mul(pcm, SAMPLE_WIDTH_BYTES, factor)
 
 
 def resample(pcm: bytes, from_rate: int, to_rate: int) -> bytes:
@@ -79,5 +104,3 @@ def pcm16_to_ulaw(pcm: bytes) -> bytes:
 def pcm16_to_alaw(pcm: bytes) -> bytes:
     """Encode pcm16 to G.711 A-law bytes."""
     return audioop.lin2alaw(pcm, SAMPLE_WIDTH_BYTES)
-
-

@@ -7,12 +7,7 @@ never from the wall clock.
 """
 from __future__ import annotations
 
-import math
-import warnings
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import audioop  # stdlib up to 3.12; the audioop-lts package from 3.13
+from media.convert import rms_dbfs  # noqa: F401  (the frame level, imported from here by the media path)
 
 SAMPLE_RATE_HZ = 16000
 BYTES_PER_SAMPLE = 2
@@ -30,14 +25,3 @@ def duration_ms(pcm_bytes: int, sample_rate_hz: int = SAMPLE_RATE_HZ) -> float:
 
 def silence(nbytes: int) -> bytes:
     return bytes(nbytes)
-
-
-def rms_dbfs(pcm: bytes) -> float:
-    """Root-mean-square level of a frame in dBFS (-inf dB for digital silence)."""
-    n = len(pcm) // BYTES_PER_SAMPLE
-    if n == 0:
-        return -math.inf
-    rms = audioop.rms(pcm[: n * BYTES_PER_SAMPLE], BYTES_PER_SAMPLE)
-    if rms == 0:
-        return -math.inf
-    return 20.0 * math.log10(rms / 32768.0)

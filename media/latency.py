@@ -25,16 +25,11 @@ import bisect
 import math
 import re
 import struct
-import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from media.frames import rms_dbfs
-from media.pcap import RtpPacket, RtpStream, UdpPacket
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import audioop
+from media.convert import rms_dbfs, ulaw_to_pcm16
+from media.pcap import RtpStream, UdpPacket, packet_pcm
 
 #: level above which a 20 ms G.711 packet counts as voiced
 VOICED_DBFS = -40.0
@@ -83,15 +78,6 @@ class CallTimeline:
 # --------------------------------------------------------------------------- levels
 
 
-def packet_pcm(packet: RtpPacket) -> bytes | None:
-    """16-bit PCM of a G.711 packet (payload type 0 or 8), else None."""
-    if packet.payload_type == 0:
-        return audioop.ulaw2lin(packet.payload, 2)
-    if packet.payload_type == 8:
-        return audioop.alaw2lin(packet.payload, 2)
-    return None
-
-
 def voiced_times(stream: RtpStream, voiced_dbfs: float = VOICED_DBFS) -> list[float]:
     """Arrival times of the stream's voiced G.711 packets."""
     out = []
@@ -110,7 +96,7 @@ def g711_times(stream: RtpStream) -> list[float]:
 def voiced_frames(ulaw: bytes, frame_ms: int = 20, voiced_dbfs: float = VOICED_DBFS) -> list[bool]:
     """Per *frame_ms* frame of 8 kHz µ-law audio: is it voiced? (the last partial frame counts)."""
     step = 8 * frame_ms
-    return [rms_dbfs(audioop.ulaw2lin(ulaw[i:i + step], 2)) > voiced_dbfs for i in range(0, len(ulaw), step)]
+    return [rms_dbfs(ulaw_to_pcm16(ulaw[i:i + step])) > voiced_dbfs for i in range(0, len(ulaw), step)]
 
 
 def voiced_intervals_ms(ulaw: bytes, *, frame_ms: int = 20, voiced_dbfs: float = VOICED_DBFS,

@@ -6,13 +6,10 @@ Used by tests and benchmarks to hear what actually crossed the wire.
 from __future__ import annotations
 
 import struct
-import warnings
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import audioop
+from media.convert import alaw_to_pcm16, resample, ulaw_to_pcm16
 
 _LINKTYPE_NULL = 0
 _LINKTYPE_ETHERNET = 1
@@ -53,16 +50,17 @@ class RtpStream:
 
     def audio(self, sample_rate_hz: int = 8000) -> bytes:
         """16-bit PCM of the G.711 packets (others skipped), in arrival order."""
-        out = bytearray()
-        for p in self.packets:
-            if p.payload_type == 0:
-                out += audioop.ulaw2lin(p.payload, 2)
-            elif p.payload_type == 8:
-                out += audioop.alaw2lin(p.payload, 2)
-        pcm = bytes(out)
-        if sample_rate_hz != 8000 and pcm:
-            pcm, _ = audioop.ratecv(pcm, 2, 1, 8000, sample_rate_hz, None)
-        return pcm
+        pcm = b"".join(frame for frame in map(packet_pcm, self.packets) if frame is not None)
+        return resample(pcm, 8000, sample_rate_hz)
+
+
+def packet_pcm(packet: RtpPacket) -> bytes | None:
+    """16-bit PCM of a G.711 packet (payload type 0 or 8), else None."""
+    if packet.payload_type == 0:
+        return ulaw_to_pcm16(packet.payload)
+    if packet.payload_type == 8:
+        return alaw_to_pcm16(packet.payload)
+    return None
 
 
 def read_udp(f: BinaryIO) -> Iterator[UdpPacket]:

@@ -18,7 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from media.frames import BYTES_PER_SAMPLE, rms_dbfs
+from media.convert import rms_dbfs
+from media.frames import BYTES_PER_SAMPLE
 from media.trim import fade
 
 #: a prompt frame under this level is silence between its words or sentences (see

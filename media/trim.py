@@ -11,7 +11,8 @@ from __future__ import annotations
 import array
 import math
 
-from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, rms_dbfs
+from media.convert import rms_dbfs
+from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ
 
 #: a 5 ms analysis window at 16 kHz
 _WINDOW_MS = 5

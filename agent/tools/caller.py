@@ -22,7 +22,8 @@ from typing import Any, Callable
 from twisted.internet import defer, threads
 from twisted.internet.task import deferLater
 
-from media.frames import SAMPLE_RATE_HZ, rms_dbfs
+from media.convert import resample, rms_dbfs
+from media.frames import SAMPLE_RATE_HZ
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
 from sip.pjsua import SipCall, SipConfig, SipStack
 
@@ -139,8 +140,6 @@ class CallerSource:
 
 def read_wav(path: str) -> bytes:
     """A WAV file as 16 kHz mono 16-bit PCM."""
-    from media.convert import resample
-
     with wave.open(path, "rb") as w:
         if w.getsampwidth() != 2:
             raise ValueError(f"{path}: expected 16-bit PCM WAV, got {8 * w.getsampwidth()}-bit")
@@ -160,7 +159,6 @@ def transcribe(speech: Any, pcm: bytes, timeout_s: float = 20.0, narrowband: boo
 
     *narrowband*: the audio came through a G.711 call; it is sent at 8 kHz.
     """
-    from media.convert import resample
     from agent.speech.client import RecognitionOptions
 
     rate = SAMPLE_RATE_HZ

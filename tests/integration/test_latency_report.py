@@ -14,19 +14,15 @@ import json
 import math
 import os
 import subprocess
-import warnings
 
 import pytest
 
 from agent.tools.latency_report import timelines
+from media.convert import rms, ulaw_to_pcm16
 from media.latency import AGENT_GAP_MS, score_items, wav_data
 from media.pcap import read_udp, rtp_streams
 from tests.bench import load_bench
 from tests.integration.conftest import ROOT, OPENCLAW, AgentProcess, Capture, free_port, run_sipp
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import audioop
 
 pytestmark = pytest.mark.integration
 
@@ -56,8 +52,8 @@ def play_steps(bench, agent: AgentProcess, tmp_path, steps, *, tail_ms: int,  # 
 
 def voiced(payload: bytes) -> bool:
     """The test's own voiced test: µ-law decoded RMS above -40 dBFS."""
-    rms = audioop.rms(audioop.ulaw2lin(payload, 2), 2)
-    return rms > 0 and 20 * math.log10(rms / 32768.0) > -40.0
+    level = rms(ulaw_to_pcm16(payload))
+    return level > 0 and 20 * math.log10(level / 32768.0) > -40.0
 
 
 def test_report_matches_a_played_interruption_and_its_reply(agent: AgentProcess, tmp_path) -> None:

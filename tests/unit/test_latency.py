@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import struct
-import warnings
 
 import pytest
 
@@ -18,11 +17,8 @@ from media.latency import (
     sip_calls, spurts,
     voiced_intervals_ms, wav_data, write_ulaw_wav,
 )
+from media.convert import pcm16_to_ulaw
 from media.pcap import UdpPacket
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import audioop
 
 PKT = 0.020
 
@@ -227,7 +223,7 @@ def test_packet_runs_split_items_at_gaps():
 def ulaw_tone(ms: int, amplitude: int) -> bytes:
     n = 8 * ms
     pcm = struct.pack(f"<{n}h", *(int(amplitude * math.sin(2 * math.pi * 440 * i / 8000)) for i in range(n)))
-    return audioop.lin2ulaw(pcm, 2)
+    return pcm16_to_ulaw(pcm)
 
 
 def test_voiced_intervals_follow_sipp_packetisation():
