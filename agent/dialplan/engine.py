@@ -126,13 +126,8 @@ from agent.dialplan.model import (
     WebhookStep,
     prompt_cache_key,
 )
-from agent.dialplan.intents import (
-    IntentMatch,
-    IntentMatcher,
-    expand_synonyms,
-    parse_slot,
-    strip_slot_words,
-)
+from agent.dialplan.intents import IntentMatch, IntentMatcher, expand_synonyms
+from agent.dialplan.slots import DIGIT_WORDS, WEEKDAYS, parse_slot, strip_slot_words
 from agent.dialplan.templates import render_json, to_text
 
 __all__ = [
@@ -164,18 +159,8 @@ MAX_HISTORY_TURNS = 20
 
 DTMF_KEYS = frozenset("0123456789*#ABCD")
 
-_SPOKEN_DIGITS = {
-    "0": "zero",
-    "1": "one",
-    "2": "two",
-    "3": "three",
-    "4": "four",
-    "5": "five",
-    "6": "six",
-    "7": "seven",
-    "8": "eight",
-    "9": "nine",
-}
+_SPOKEN_DIGITS = dict(zip("0123456789", DIGIT_WORDS))
+
 
 
 # --------------------------------------------------------------------------- actions
@@ -375,9 +360,6 @@ def _wall_clock() -> datetime:
     return datetime.now(timezone.utc)
 
 
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-
-
 class _Scope(Mapping[str, str]):
     """The variables a template sees: the call's, plus ``flow``, ``step`` and ``now.*``."""
 
@@ -400,7 +382,7 @@ class _Scope(Mapping[str, str]):
                 "now.time": local.strftime("%H:%M"),
                 "now.hour": str(local.hour),
                 "now.minute": str(local.minute),
-                "now.weekday": _WEEKDAYS[local.weekday()],
+                "now.weekday": WEEKDAYS[local.weekday()],
                 "now.day": str(local.day),
                 "now.month": str(local.month),
                 "now.year": str(local.year),

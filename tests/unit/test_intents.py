@@ -1,4 +1,4 @@
-"""Tests for agent.dialplan.intents: tolerant matching of misrecognised speech, and refusing the rest."""
+"""Tests for agent.dialplan.intents and slots: tolerant matching of misrecognised speech, refusing the rest, and slot values."""
 
 from __future__ import annotations
 
@@ -234,8 +234,8 @@ def test_token_similarity_is_tolerant_but_not_blind() -> None:
 
 from datetime import date  # noqa: E402
 
-from agent.dialplan.intents import (  # noqa: E402
-    expand_synonyms,
+from agent.dialplan.intents import expand_synonyms  # noqa: E402
+from agent.dialplan.slots import (  # noqa: E402
     parse_date,
     parse_digits,
     parse_number,
