@@ -4,11 +4,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twisted.internet import defer
-from twisted.web.client import Agent, readBody
-from twisted.web.http_headers import Headers
+from twisted.internet import defer, error as net_error
 
 from agent.dialplan.engine import AskModel
+from agent.integrations.http import TIMEOUT, HttpClient, HttpError
 
 
 class ModelError(Exception):
@@ -29,28 +28,18 @@ def chat_messages(action: AskModel) -> list[dict[str, str]]:
 @defer.inlineCallbacks
 def ask_model(reactor: Any, url: str, action: AskModel, model: str = "default", agent: Any = None) -> Any:
     """POST the conversation to *url*; fire with the reply text or fail with :class:`ModelError`."""
-    agent = agent or Agent(reactor, connectTimeout=action.timeout_ms / 1000.0)
-    body = json.dumps({"model": model, "messages": chat_messages(action), "max_tokens": 200}).encode()
-    from twisted.web.client import FileBodyProducer
-    import io
-
-    d = agent.request(b"POST", url.encode(), Headers({b"content-type": [b"application/json"]}),
-                      FileBodyProducer(io.BytesIO(body)))
-    timer = reactor.callLater(action.timeout_ms / 1000.0, d.cancel)
+    client = HttpClient(reactor, agent=agent, connect_timeout_s=action.timeout_ms / 1000.0)
+    payload = {"model": model, "messages": chat_messages(action), "max_tokens": 200}
     try:
-        response = yield d
-        raw = yield readBody(response)
-    except defer.CancelledError:
-        raise ModelError(f"no answer within {action.timeout_ms} ms") from None
-    except Exception as e:  # noqa: BLE001 -- connection errors of every kind
-        raise ModelError(f"cannot reach the dialogue model: {e}") from None
-    finally:
-        if timer.active():
-            timer.cancel()
-    if response.code >= 300:
-        raise ModelError(f"dialogue model answered HTTP {response.code}")
+        response = yield client.request("POST", url, json=payload, timeout_s=action.timeout_ms / 1000.0)
+    except HttpError as e:
+        if e.kind == TIMEOUT and not isinstance(e.cause, net_error.TimeoutError):  # our timer, not the connect's
+            raise ModelError(f"no answer within {action.timeout_ms} ms") from None
+        raise ModelError(f"cannot reach the dialogue model: {e.cause or e}") from None
+    if response.status >= 300:
+        raise ModelError(f"dialogue model answered HTTP {response.status}")
     try:
-        reply = json.loads(raw)["choices"][0]["message"]["content"]
+        reply = json.loads(response.body)["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
         raise ModelError("dialogue model answer is not a chat completion") from None
     if not isinstance(reply, str) or not reply.strip():

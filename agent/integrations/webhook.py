@@ -1,6 +1,6 @@
 """Webhook executors: carry out the dialogue's :class:`~agent.dialplan.engine.CallWebhook` actions.
 
-* :func:`call_webhook` performs the HTTP request with Twisted's ``twisted.web.client.Agent``:
+* :func:`call_webhook` performs the HTTP request with :class:`agent.integrations.http.HttpClient`:
   a JSON body (POST/PUT) or query (GET), a timeout per attempt, retries with exponential
   backoff after a timeout, a connection error or a 5xx answer. Its Deferred always fires with a
   :class:`~agent.dialplan.engine.WebhookResult` (never errbacks): success carries the response JSON
@@ -23,18 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import yaml
-from twisted.internet import defer, error as net_error
-from twisted.internet.defer import Deferred
+from twisted.internet import defer
 from twisted.internet.task import deferLater
-from twisted.internet.protocol import Protocol, connectionDone
-from twisted.python.failure import Failure
-from twisted.web.client import Agent, HTTPConnectionPool, ResponseDone
-from twisted.web.http import PotentialDataLoss
-from twisted.web.http_headers import Headers
-from twisted.web.iweb import IBodyProducer
-from zope.interface import implementer
 
 from agent.dialplan.engine import WebhookRequest, WebhookResult
+from agent.integrations.http import DEFAULT_MAX_BODY_BYTES, HttpClient, HttpError, failure_reason
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -48,7 +41,7 @@ __all__ = [
     "interpret_response",
 ]
 
-MAX_BODY_BYTES = 1 << 20
+MAX_BODY_BYTES = DEFAULT_MAX_BODY_BYTES
 """Largest response body read; a larger one is a failure (``response too large``)."""
 
 MAX_VARIABLES = 500
@@ -115,50 +108,6 @@ def interpret_response(status: int, body: bytes, attempts: int = 1,
     return WebhookResult(True, flatten_json(document), status, "", attempts, elapsed_ms)
 
 
-@implementer(IBodyProducer)
-class _BytesProducer:
-    """Writes a fixed body at once (no cooperator, so it works on any reactor or Clock)."""
-
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-        self.length = len(body)
-
-    def startProducing(self, consumer: Any) -> Deferred[None]:
-        consumer.write(self.body)
-        return defer.succeed(None)
-
-    def pauseProducing(self) -> None:
-        pass
-
-    def resumeProducing(self) -> None:
-        pass
-
-    def stopProducing(self) -> None:
-        pass
-
-
-class _Retryable(Exception):
-    def __init__(self, reason: str, status: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
-def _failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, (defer.TimeoutError, defer.CancelledError, net_error.TimeoutError)):
-        return "timeout"
-    if isinstance(exc, net_error.ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(exc, net_error.DNSLookupError):
-        return "dns lookup failed"
-    if isinstance(exc, net_error.ConnectError):
-        return f"connection error: {exc.__class__.__name__}"
-    name = exc.__class__.__name__
-    if name in ("ResponseFailed", "ResponseNeverReceived", "RequestTransmissionFailed"):
-        return "connection error: " + name
-    return f"error: {name}: {str(exc)[:120]}"
-
-
 @defer.inlineCallbacks
 def call_webhook(reactor: Any, request: WebhookRequest, agent: Any = None):  # type: ignore[no-untyped-def]
     """Perform *request*; the Deferred fires with a :class:`WebhookResult` (never fails).
@@ -167,16 +116,10 @@ def call_webhook(reactor: Any, request: WebhookRequest, agent: Any = None):  # t
     *reactor*). Attempts: 1 + ``request.retries``; each limited to ``request.timeout_ms``;
     retry after timeouts, connection errors and 5xx, waiting ``retry_backoff_ms`` and doubling.
     """
-    if agent is None:
-        agent = Agent(
-            reactor,
-            connectTimeout=max(request.timeout_ms / 1000.0, 0.1),
-            pool=HTTPConnectionPool(reactor, persistent=False),
-        )
+    client = HttpClient(reactor, agent=agent, persistent=False, user_agent=USER_AGENT,
+                        connect_timeout_s=max(request.timeout_ms / 1000.0, 0.1))
     started = reactor.seconds()
-    headers = Headers({b"User-Agent": [USER_AGENT], b"Accept": [b"application/json"]})
-    for name, value in request.headers:
-        headers.setRawHeaders(name.encode("latin-1"), [value.encode("utf-8")])
+    headers = [("Accept", "application/json"), *request.headers]
     attempts = 1 + max(0, request.retries)
     last_reason, last_status = "no attempt", None
     for attempt in range(1, attempts + 1):
@@ -184,132 +127,24 @@ def call_webhook(reactor: Any, request: WebhookRequest, agent: Any = None):  # t
             delay = request.retry_backoff_ms * (2 ** (attempt - 2)) / 1000.0
             yield deferLater(reactor, delay, lambda: None)
         try:
-            status, body = yield _attempt(reactor, agent, request, headers)
-        except _Retryable as exc:
+            response = yield client.request(request.method, request.url, timeout_s=request.timeout_ms / 1000.0,
+                                            body=request.body, headers=headers, max_body_bytes=MAX_BODY_BYTES,
+                                            skip_body_from_status=500)
+        except HttpError as exc:
             last_reason, last_status = exc.reason, exc.status
-            continue
-        except _Failed as exc:
-            last_reason, last_status = exc.reason, exc.status
+            if exc.retryable:
+                continue
             break  # not a passing network problem: retrying will not help
         except Exception as exc:  # noqa: BLE001 - every failure becomes a result
-            last_reason, last_status = _failure_reason(exc), None
+            last_reason, last_status = failure_reason(exc), None
             break
+        if response.status >= 500:
+            last_reason, last_status = f"http {response.status}", response.status
+            continue
         elapsed = (reactor.seconds() - started) * 1000.0
-        return interpret_response(status, body, attempt, elapsed)
+        return interpret_response(response.status, response.body, attempt, elapsed)
     elapsed = (reactor.seconds() - started) * 1000.0
     return WebhookResult(False, {}, last_status, last_reason, attempt, elapsed)
-
-
-def _attempt(reactor: Any, agent: Any, request: WebhookRequest,
-             headers: Headers) -> Deferred[tuple[int, bytes]]:
-    producer = _BytesProducer(request.body) if request.body is not None else None
-    d: Deferred[Any] = agent.request(
-        request.method.encode("ascii"), request.url.encode("utf-8"), headers, producer
-    )
-
-    def got_response(response: Any) -> Deferred[tuple[int, bytes]]:
-        code = int(response.code)
-        length = response.length
-        if isinstance(length, int) and length > MAX_BODY_BYTES:
-            response.deliverBody(_Discard())
-            raise _Failed("response too large", code)
-        if code >= 500:
-            response.deliverBody(_Discard())
-            raise _Retryable(f"http {code}", code)
-        return _read_body(response).addCallback(lambda body: (code, body))
-
-    d.addCallback(got_response)
-    timed_out: list[bool] = []
-
-    def on_timeout() -> None:
-        timed_out.append(True)
-        d.cancel()
-
-    timer = reactor.callLater(request.timeout_ms / 1000.0, on_timeout)
-
-    def finish(result: Any) -> Any:
-        if timer.active():
-            timer.cancel()
-        return result
-
-    d.addBoth(finish)
-    d.addErrback(lambda failure: _translate(failure, bool(timed_out)))
-    return d
-
-
-class _Failed(Exception):
-    def __init__(self, reason: str, status: int | None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
-class _BodyReader(Protocol):
-    """Collects a response body, at most MAX_BODY_BYTES (more is a final failure)."""
-
-    def __init__(self, done: Deferred[bytes], code: int) -> None:
-        self.done = done
-        self.code = code
-        self.chunks: list[bytes] = []
-        self.size = 0
-
-    def dataReceived(self, data: bytes) -> None:
-        if self.done.called:
-            return
-        self.size += len(data)
-        if self.size > MAX_BODY_BYTES:
-            self.done.errback(_Failed("response too large", self.code))
-            if self.transport is not None:
-                self.transport.stopProducing()
-            return
-        self.chunks.append(data)
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        if self.done.called:
-            return
-        if reason.check(ResponseDone, PotentialDataLoss):
-            self.done.callback(b"".join(self.chunks))
-        else:
-            self.done.errback(reason)
-
-
-def _read_body(response: Any) -> Deferred[bytes]:
-    reader: _BodyReader
-
-    def cancel(_: Deferred[bytes]) -> None:
-        if reader.transport is not None:
-            reader.transport.stopProducing()
-
-    done: Deferred[bytes] = Deferred(cancel)
-    reader = _BodyReader(done, int(response.code))
-    response.deliverBody(reader)
-    return done
-
-
-def _translate(failure: Any, timed_out: bool) -> Any:
-    """Sort an attempt's failure: worth retrying (network, timeout, 5xx) or final."""
-    exc = failure.value
-    if isinstance(exc, (_Retryable, _Failed)):
-        return failure
-    if timed_out:
-        raise _Retryable("timeout")
-    reason = _failure_reason(exc)
-    if reason.startswith("error:"):
-        raise _Failed(reason, None)
-    raise _Retryable(reason)
-
-
-class _Discard:
-    """A protocol that drops a response body we do not want."""
-
-    def makeConnection(self, transport: Any) -> None:
-        self.transport = transport
-
-    def dataReceived(self, data: bytes) -> None:
-        pass
-
-    def connectionLost(self, reason: Any) -> None:
-        pass
 
 
 # --------------------------------------------------------------------------- mocks

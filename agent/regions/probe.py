@@ -11,8 +11,9 @@ embedded server do on graceful shutdown) is avoided one network delay later, wit
 waiting for the next check.
 
 Dialogue endpoints (OpenAI-compatible URLs) are probed with an HTTP ``GET`` of the
-``models`` resource next to the chat-completions URL on a two-thread pool: any HTTP answer
-below 500 counts as reachable (an API key is not needed to be reachable).
+``models`` resource next to the chat-completions URL, through the agent's HTTP client on the
+reactor thread: any HTTP answer below 500 counts as reachable (an API key is not needed to be
+reachable).
 
 Version discovery (``discover_versions=True``, every ``discovery_interval_s``): Riva lists
 the models it serves in ``GetRivaSpeechRecognitionConfig`` / ``GetRivaSynthesisConfig``;
@@ -28,9 +29,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -41,6 +39,7 @@ from twisted.internet import defer
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from agent.integrations.http import TIMEOUT, HttpClient, HttpError
 from agent.regions.selector import RegionSelector
 
 log = Logger(namespace="openclaw.regions")
@@ -75,13 +74,15 @@ class ProbeTransport(Protocol):
 
 class GrpcProbeTransport:
     """Health checks over gRPC (one channel per endpoint, separate from the call streams'
-    channels) and HTTP probes of dialogue URLs."""
+    channels) and HTTP probes of dialogue URLs (started on the reactor thread, as
+    :class:`RegionProber` calls :meth:`check`)."""
 
-    def __init__(self, *, use_ssl: bool = False, http_workers: int = 2) -> None:
+    def __init__(self, reactor: Any, *, use_ssl: bool = False, http: HttpClient | None = None) -> None:
+        self._reactor = reactor
         self._use_ssl = use_ssl
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
-        self._http = ThreadPoolExecutor(max_workers=http_workers, thread_name_prefix="region-http-probe")
+        self._http = http if http is not None else HttpClient(reactor)
         self._closed = False
 
     def _channel(self, address: str) -> grpc.Channel:
@@ -97,7 +98,7 @@ class GrpcProbeTransport:
 
     def check(self, address: str, timeout_s: float, done: Callable[[ProbeOutcome], None]) -> None:
         if address.startswith(("http://", "https://")):
-            self._http.submit(self._http_check, address, timeout_s, done)
+            self._http_check(address, timeout_s, done)
             return
         stub = health_pb2_grpc.HealthStub(self._channel(address))
         started = time.monotonic()
@@ -128,16 +129,23 @@ class GrpcProbeTransport:
         return base
 
     def _http_check(self, url: str, timeout_s: float, done: Callable[[ProbeOutcome], None]) -> None:
-        started = time.monotonic()
-        try:
-            with urllib.request.urlopen(self._models_url(url), timeout=timeout_s) as response:
-                status = response.status
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-        except Exception as exc:
-            done(ProbeOutcome(False, False, time.monotonic() - started, type(exc).__name__))
-            return
-        done(ProbeOutcome(True, status < 500, time.monotonic() - started, "" if status < 500 else f"HTTP {status}"))
+        started = self._reactor.seconds()
+        d = self._http.get(self._models_url(url), timeout_s=timeout_s)
+
+        def answered(response: Any) -> None:
+            status = response.status
+            done(ProbeOutcome(True, status < 500, self._reactor.seconds() - started,
+                              "" if status < 500 else f"HTTP {status}"))
+
+        def failed(failure: Any) -> None:
+            exc = failure.value
+            if isinstance(exc, HttpError) and exc.kind == TIMEOUT:
+                name = "TimeoutError"
+            else:
+                name = type(exc.cause if isinstance(exc, HttpError) and exc.cause is not None else exc).__name__
+            done(ProbeOutcome(False, False, self._reactor.seconds() - started, name))
+
+        d.addCallbacks(answered, failed)
 
     def watch(self, address: str, on_status: Callable[[bool], None]) -> Callable[[], None]:
         if address.startswith(("http://", "https://")):
@@ -205,7 +213,8 @@ class GrpcProbeTransport:
             self._channels.clear()
         for ch in channels:
             ch.close()
-        self._http.shutdown(wait=False, cancel_futures=True)
+        if self._http.pool is not None:
+            self._http.pool.closeCachedConnections()
 
 
 class RegionProber:
@@ -240,7 +249,7 @@ class RegionProber:
         self._discover = discover_versions
         self._discovery_interval_s = discovery_interval_s
         self._max_outstanding = max_outstanding
-        self._transport: ProbeTransport = transport if transport is not None else GrpcProbeTransport()
+        self._transport: ProbeTransport = transport if transport is not None else GrpcProbeTransport(reactor)
         self._on_probe = on_probe
         self._outstanding: dict[str, int] = {}
         self._watches: dict[str, Callable[[], None]] = {}
