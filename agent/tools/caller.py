@@ -179,7 +179,11 @@ def transcribe(speech: Any, pcm: bytes, timeout_s: float = 20.0, narrowband: boo
 
 
 class TestCaller:
-    """Runs one scripted call on the reactor."""
+    """Runs one scripted call on the reactor.
+
+    Its waits poll with deferLater every 10-20 ms: the audio they wait for is stamped on
+    pjsua2's media clock thread, which fires no reactor event.
+    """
 
     def __init__(self, reactor: Any, speech: Any, uri: str, turns: list[CallerTurn], *, voice: str = "kal16",
                  greeting_timeout_s: float = 20.0, reply_timeout_s: float = 15.0, silence_s: float = 1.2,
@@ -203,9 +207,6 @@ class TestCaller:
         self.call: SipCall | None = None
         self._disconnected: defer.Deferred[None] = defer.Deferred()
         self._confirmed: defer.Deferred[None] = defer.Deferred()
-
-    def _sleep(self, seconds: float) -> defer.Deferred[None]:
-        return deferLater(self.reactor, seconds, lambda: None)
 
     @defer.inlineCallbacks
     def run(self) -> Any:
@@ -231,7 +232,7 @@ class TestCaller:
                 self.call.hangup()
                 self.report.hung_up_by = self.report.hung_up_by or "caller"
                 yield defer.DeferredList([self._disconnected], fireOnOneErrback=False)
-            yield self._sleep(0.1)
+            yield deferLater(self.reactor, 0.1)
             self.stack.stop()
         return self.report
 
@@ -278,7 +279,7 @@ class TestCaller:
             first = yield self._wait_first_voice(answered_at, self.greeting_timeout_s)
             if first is None:
                 raise RuntimeError("the agent said nothing")
-            yield self._sleep(self.barge_in_at_ms / 1000.0)
+            yield deferLater(self.reactor, self.barge_in_at_ms / 1000.0)
         for i, (turn, pcm) in enumerate(zip(self.turns, audio)):
             if call.disconnected:
                 break
@@ -305,10 +306,10 @@ class TestCaller:
     def _measure_barge_in(self, sid: int, result: TurnResult) -> Any:
         # From the caller's first voiced frame to the agent's last voiced frame.
         while self.source.started(sid) is None:
-            yield self._sleep(0.01)
+            yield deferLater(self.reactor, 0.01)
         segment_start = self.source.started(sid).at_s  # type: ignore[union-attr]
         while self.source.first_voiced_after(segment_start) is None and self.source.finished(sid) is None:
-            yield self._sleep(0.01)
+            yield deferLater(self.reactor, 0.01)
         started = self.source.first_voiced_after(segment_start) or segment_start
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
@@ -316,12 +317,12 @@ class TestCaller:
             if last is not None and time.monotonic() - last > 0.3:
                 result.barge_in_ms = round(max(0.0, last - started) * 1000.0, 1)
                 return
-            yield self._sleep(0.02)
+            yield deferLater(self.reactor, 0.02)
 
     @defer.inlineCallbacks
     def _wait_segment(self, sid: int) -> Any:
         while self.source.finished(sid) is None:
-            yield self._sleep(0.01)
+            yield deferLater(self.reactor, 0.01)
         finished = self.source.finished(sid).at_s  # type: ignore[union-attr]
         # The turn ends with the caller's last voiced frame, not trailing silence.
         voiced = [t for t in self.source.voiced_at if t <= finished]
@@ -334,7 +335,7 @@ class TestCaller:
             at = self.recorder.first_voiced_after(after)
             if at is not None:
                 return at
-            yield self._sleep(0.01)
+            yield deferLater(self.reactor, 0.01)
         return self.recorder.first_voiced_after(after)
 
     @defer.inlineCallbacks
@@ -345,7 +346,7 @@ class TestCaller:
             last = self.recorder.last_voiced()
             if last is not None and last >= after and time.monotonic() - last >= self.silence_s:
                 return last
-            yield self._sleep(0.02)
+            yield deferLater(self.reactor, 0.02)
         return self.recorder.last_voiced() or time.monotonic()
 
     def _transcribe(self, start: float, end: float) -> defer.Deferred[str]:

@@ -27,6 +27,25 @@ from media.pcap import RtpStream, UdpPacket, parse_rtp, read_udp
 #: RTP this long after a call's BYE still belongs to it (packets in flight)
 _AFTER_BYE_S = 1.0
 
+#: what to install for ``--png`` (matplotlib is an optional extra, not a run-time dependency)
+PNG_EXTRA_HINT = "install openclaw-voice[report] (pip install 'openclaw-voice[report]')"
+
+
+class PlottingUnavailable(RuntimeError):
+    """matplotlib, which draws the histograms, is not installed."""
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise PlottingUnavailable(f"drawing a PNG needs matplotlib: {PNG_EXTRA_HINT}") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
 
 def read_capture(path: str) -> list[UdpPacket]:
     """Every UDP datagram of a classic pcap file (ValueError on a bad file)."""
@@ -139,12 +158,8 @@ def draw_png(tls: list[CallTimeline], path: str, *, turns: list[float] | None = 
              barge: list[float] | None = None, turn_target_ms: float = 150.0,
              barge_target_ms: float = 120.0) -> None:
     """Histograms of turn and barge-in latency with p50/p95/p99 lines and the p95 target
-    (values default to the wire-only events)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    (values default to the wire-only events). Raises PlottingUnavailable without matplotlib."""
+    plt = _pyplot()
     if turns is None:
         turns = [e.latency_ms for t in tls for e in t.events if e.kind == "turn"]
     if barge is None:
@@ -168,6 +183,12 @@ def draw_png(tls: list[CallTimeline], path: str, *, turns: list[float] | None = 
 
 
 def main_report(args: Any) -> int:
+    if args.png:
+        try:
+            _pyplot()
+        except PlottingUnavailable as e:
+            print(f"latency-report: --png: {e}", file=sys.stderr)
+            return 2
     try:
         tls = timelines(args.capture, voiced_dbfs=args.voiced_dbfs, caller_gap_ms=args.caller_gap_ms,
                         agent_gap_ms=getattr(args, "agent_gap_ms", None) or AGENT_GAP_MS)

@@ -6,12 +6,14 @@ checks the events, latencies and outcomes that come out.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import struct
+import sys
 
 import pytest
 
-from agent.tools.latency_report import call_timelines, format_report, read_capture, summary
+from agent.tools.latency_report import call_timelines, format_report, main_report, read_capture, summary
 from media.latency import (
     AGENT_GAP_MS, PlayedItem, ScoreParams, Spurt, analyse, packet_runs, percentile, rtp_pacing, score_items,
     sip_calls, spurts,
@@ -299,10 +301,13 @@ def test_call_timelines_keep_calls_on_reused_ports_apart():
 
 def test_call_timelines_from_a_pcap_file(tmp_path):
     """A classic pcap (raw IPv4 link type) with one call: read_capture + call_timelines find the turn."""
-    pk = [invite(0.0, "p", 6000), ok(0.05, "p", 4000)]
-    pk += [rtp(t, 6000, 4000, True, i) for i, t in enumerate(packets(1.0, 1.5))]
-    pk += [rtp(t, 4000, 6000, True, i) for i, t in enumerate(packets(1.7, 2.0))]
-    path = tmp_path / "c.pcap"
+    tls = call_timelines(read_capture(one_call_capture(tmp_path)))
+    assert len(tls) == 1 and [e.kind for e in tls[0].events] == ["turn"]
+    assert tls[0].events[0].latency_ms == pytest.approx(200.0, abs=0.01)
+
+
+def write_pcap(path, pk: list[UdpPacket]):  # type: ignore[no-untyped-def]
+    """A classic pcap (raw IPv4 link type) of *pk*; returns *path*."""
     with open(path, "wb") as f:
         f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 101))
         for p in pk:
@@ -311,9 +316,50 @@ def test_call_timelines_from_a_pcap_file(tmp_path):
                              bytes([127, 0, 0, 1]), bytes([127, 0, 0, 1])) + udp
             sec = int(p.at_s)
             f.write(struct.pack("<IIII", 1_000_000 + sec, int(round((p.at_s - sec) * 1e6)), len(ip), len(ip)) + ip)
-    tls = call_timelines(read_capture(str(path)))
-    assert len(tls) == 1 and [e.kind for e in tls[0].events] == ["turn"]
-    assert tls[0].events[0].latency_ms == pytest.approx(200.0, abs=0.01)
+    return path
+
+
+def one_call_capture(tmp_path):  # type: ignore[no-untyped-def]
+    """A capture of one call with one 200 ms turn."""
+    pk = [invite(0.0, "p", 6000), ok(0.05, "p", 4000)]
+    pk += [rtp(t, 6000, 4000, True, i) for i, t in enumerate(packets(1.0, 1.5))]
+    pk += [rtp(t, 4000, 6000, True, i) for i, t in enumerate(packets(1.7, 2.0))]
+    return str(write_pcap(tmp_path / "c.pcap", pk))
+
+
+def report_args(capture: str, png: str | None) -> argparse.Namespace:
+    return argparse.Namespace(capture=capture, png=png, json=False, voiced_dbfs=-40.0, caller_gap_ms=700.0,
+                              agent_gap_ms=450.0)
+
+
+def test_report_png_draws_the_histograms(tmp_path, capsys):
+    """latency-report --png with matplotlib installed prints the report and writes a PNG."""
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "h.png"
+    assert main_report(report_args(one_call_capture(tmp_path), str(png))) == 0
+    assert "1 calls, 1 turns" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_png_without_matplotlib_says_what_to_install(tmp_path, capsys, monkeypatch):
+    """Without matplotlib (an optional extra), --png fails with one line naming the extra to
+    install, exit status 2 and no traceback, before any analysis is printed or file written."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    png = tmp_path / "h.png"
+    assert main_report(report_args(one_call_capture(tmp_path), str(png))) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("latency-report: --png: drawing a PNG needs matplotlib:")
+    assert "openclaw-voice[report]" in err and "Traceback" not in err
+    assert not png.exists()
+
+
+def test_report_without_png_needs_no_matplotlib(tmp_path, capsys, monkeypatch):
+    """The text report itself never imports matplotlib."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main_report(report_args(one_call_capture(tmp_path), None)) == 0
+    assert "turn latency: p50 200 ms" in capsys.readouterr().out
 
 
 def test_rtp_pacing_measures_each_interval_against_the_packet_time():
