@@ -35,10 +35,8 @@ from media.pcap import RtpStream, UdpPacket, packet_pcm
 VOICED_DBFS = -40.0
 #: pauses shorter than this stay inside one caller turn (wire-only analysis)
 CALLER_GAP_MS = 700.0
-#: the agent is silent after a gap this long. Prompts synthesised by flite have
-#: pauses of up to ~380 ms between sentences (at -40 dBFS, 20 ms packets) and
-#: ~460 ms between two prompts played back to back, so a shorter gap would take
-#: a sentence boundary for the agent stopping.
+#: the agent is silent after a gap this long: longer than the pauses flite leaves between
+#: sentences, so a sentence boundary is not taken for the agent stopping (docs/latency.md)
 AGENT_GAP_MS = 450.0
 
 

@@ -1,8 +1,8 @@
 """Trim the silence synthesisers put around speech.
 
-flite starts a prompt with 200-350 ms of silence (and sometimes with a few
-hundred milliseconds of low-level noise); played as is, it is added to every
-turn's latency. Cached prompts are trimmed once
+flite starts a prompt with silence (and sometimes low-level noise); played as
+is, it is added to every turn's latency (docs/latency.md, "Prompt audio").
+Cached prompts are trimmed once
 (:func:`trim_silence`); streamed synthesis passes through a
 :class:`LeadingSilenceGate` that drops audio until the first voiced frame.
 """
@@ -20,9 +20,8 @@ _WINDOW_MS = 5
 #: its loudest, moved back over the quieter sound right before it (a soft first
 #: consonant: the "th" of "thank", the "f" of "for"), as long as each window is
 #: less than ONSET_BELOW_PEAK_DB under the loudest and above ONSET_MIN_DBFS.
-#: flite's murmur before a prompt (-55 to -65 dBFS, often apart from the speech)
-#: stays out: it reaches the caller as silence, and a 40 ms lead-in of it delayed
-#: each reply's first voiced packet on the wire by 40 ms.
+#: flite's murmur before a prompt stays out: it reaches the caller as silence and
+#: would only delay the reply's first voiced packet.
 BELOW_PEAK_DB = 25.0
 ONSET_BELOW_PEAK_DB = 35.0
 ONSET_MIN_DBFS = -52.0
