@@ -23,7 +23,7 @@ def main_serve(args: Any) -> int:
         if getattr(args, "workers", 1) < 1:
             print("openclaw-voice: --workers must be at least 1", file=sys.stderr)
             return 2
-        from agent.app.supervisor import main_supervise
+        from agent.app.supervisor_main import main_supervise
 
         return main_supervise(args)
     try:

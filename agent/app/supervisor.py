@@ -23,8 +23,11 @@ dispatcher module; ``--front kamailio`` starts it here). The supervisor:
   (goodbye prompt, then BYE).
 
 The planning pieces (:func:`plan_workers`, :class:`RestartPolicy`,
-:func:`dispatcher_list`, :func:`merge_metrics`) are pure; :class:`Supervisor`
-takes its reactor and process spawner as parameters.
+:func:`dispatcher_list`, :func:`merge_metrics`) are pure and live in
+:mod:`agent.app.supervisor_plan`; the child processes in :mod:`agent.app.supervisor_child`;
+the pages in :mod:`agent.app.supervisor_web`; the entry point in
+:mod:`agent.app.supervisor_main`. :class:`Supervisor` takes its reactor, process spawner
+and HTTP fetch as parameters.
 """
 from __future__ import annotations
 
@@ -32,260 +35,35 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from twisted.internet import defer, protocol, threads
+from twisted.internet import defer, threads
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
-from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET, Site
 
-from agent.app.config import PACKAGE_ROOT, ServerConfig
+from agent.app.config import PACKAGE_ROOT
+from agent.app.supervisor_child import LAUNCHER, Child, ChildProtocol, Spawner, run_command
+from agent.app.supervisor_plan import (
+    MIN_RTP_PORTS_PER_WORKER, WORKER_MAX_CALLS, MetricFamilies, RestartPolicy, WorkerPlan, dispatcher_list,
+    merge_metrics, parse_all, parse_dispatcher_states, parse_kamailio_stats, plan_workers,
+)
+from agent.integrations.http import HttpClient
+
+__all__ = [
+    "DEFAULT_KAMAILIO_CFG", "MIN_RTP_PORTS_PER_WORKER", "WORKER_MAX_CALLS", "Child", "RestartPolicy", "Supervisor",
+    "SupervisorSettings", "WorkerPlan", "WorkerState", "dispatcher_list", "merge_metrics", "parse_dispatcher_states",
+    "parse_kamailio_stats", "plan_workers",
+]
 
 log = Logger(namespace="openclaw.supervisor")
 
-#: calls one worker can hold (pjsua2-python is compiled with PJSUA_MAX_CALLS = 4)
-WORKER_MAX_CALLS = 4
-#: RTP ports one worker needs at least: RTP + RTCP per call, and room to skip busy ones
-MIN_RTP_PORTS_PER_WORKER = 12
 DEFAULT_KAMAILIO_CFG = os.path.join(PACKAGE_ROOT, "ops", "kamailio", "kamailio.cfg")
-
-# Children die with the supervisor (PR_SET_PDEATHSIG survives exec): a supervisor
-# killed with SIGKILL must not leave workers holding the SIP ports. Each child gets
-# its own session, so a signal to the supervisor's process group (Ctrl-C in a
-# terminal, `timeout`) reaches only the supervisor, which drains the workers.
-_LAUNCHER = (
-    "import ctypes, os, signal, sys\n"
-    "os.setsid()\n"
-    "try:\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"
-    "except Exception:\n"
-    "    pass\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(1)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
-
-
-# -- plans (pure) -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class WorkerPlan:
-    """Where worker *index* listens and writes."""
-
-    index: int
-    host: str
-    sip_port: int
-    metrics_port: int
-    rtp_port: int
-    rtp_port_range: int
-    call_records: str
-
-    @property
-    def address(self) -> str:
-        """host:port the balancer sends to (loopback when the worker binds every interface)."""
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
-        return f"{host}:{self.sip_port}"
-
-    @property
-    def sip_uri(self) -> str:
-        return f"sip:{self.address}"
-
-
-def plan_workers(count: int, *, host: str, sip_port: int, worker_port: int | None, metrics_port: int,
-                 rtp_port: int, rtp_port_range: int, call_records: str) -> list[WorkerPlan]:
-    """Ports and files of *count* workers; raises ValueError naming the conflict.
-
-    Worker i listens for SIP on ``worker_port + i`` (default ``sip_port + 100``),
-    serves metrics on ``metrics_port + 1 + i`` (the supervisor has
-    ``metrics_port``), and gets an equal slice of the configured RTP range.
-    A ``.jsonl`` call-record file becomes one file per worker (``NAME.wI.jsonl``);
-    a directory stays shared and each worker writes its own per-day files.
-    """
-    if count < 1:
-        raise ValueError(f"--workers must be at least 1, got {count}")
-    base = worker_port if worker_port is not None else sip_port + 100
-    per_worker = rtp_port_range // count
-    if per_worker < MIN_RTP_PORTS_PER_WORKER:
-        raise ValueError(f"sip.rtp_port_range {rtp_port_range} gives each of {count} workers {per_worker} RTP "
-                         f"ports; each needs at least {MIN_RTP_PORTS_PER_WORKER}")
-    sip_ports = range(base, base + count)
-    metrics_ports = range(metrics_port + 1, metrics_port + 1 + count)
-    if sip_ports[-1] > 65535 or metrics_ports[-1] > 65535 or rtp_port + rtp_port_range > 65536:
-        raise ValueError(f"worker ports run past 65535 (SIP {base}+{count}, metrics {metrics_port + 1}+{count})")
-    if sip_port in sip_ports:
-        raise ValueError(f"worker SIP ports {base}-{sip_ports[-1]} include the public SIP port {sip_port}; "
-                         f"choose another --worker-port")
-    rtp = range(rtp_port, rtp_port + rtp_port_range)
-    clash = [p for p in sip_ports if p in rtp]
-    if clash:
-        raise ValueError(f"worker SIP port {clash[0]} lies inside the RTP range {rtp_port}-{rtp[-1]}")
-    plans = []
-    for i in range(count):
-        records = call_records
-        if records.endswith(".jsonl"):
-            records = f"{records[:-len('.jsonl')]}.w{i}.jsonl"
-        plans.append(WorkerPlan(i, host, sip_ports[i], metrics_ports[i], rtp_port + i * per_worker, per_worker,
-                                records))
-    return plans
-
-
-@dataclass(frozen=True)
-class RestartPolicy:
-    """Delay before restarting a process that exited: exponential, reset once it ran stably."""
-
-    initial_delay_s: float = 0.5
-    factor: float = 2.0
-    max_delay_s: float = 30.0
-    #: a process that ran this long before exiting starts again from the initial delay
-    stable_after_s: float = 60.0
-
-    def delay_s(self, consecutive_failures: int) -> float:
-        """Delay before the restart after the *consecutive_failures*-th quick failure (1-based)."""
-        n = max(1, consecutive_failures)
-        return min(self.max_delay_s, self.initial_delay_s * self.factor ** (n - 1))
-
-
-def dispatcher_list(plans: Iterable[WorkerPlan], set_id: int = 1) -> str:
-    """Kamailio dispatcher list file naming every worker (``setid uri flags priority attrs``)."""
-    lines = ["# OpenClaw Voice workers (written by openclaw-voice serve --workers N)",
-             "# setid destination flags priority attributes"]
-    for p in plans:
-        lines.append(f"{set_id} {p.sip_uri} 0 0 duid=w{p.index};worker={p.index}")
-    return "\n".join(lines) + "\n"
-
-
-def parse_dispatcher_states(kamcmd_output: str) -> dict[str, str]:
-    """{uri: flags} from ``kamcmd dispatcher.list`` (flags: AP active, IP inactive, DX disabled...)."""
-    states: dict[str, str] = {}
-    for m in re.finditer(r"URI:\s*(\S+)\s+FLAGS:\s*(\S+)", kamcmd_output):
-        states[m.group(1)] = m.group(2)
-    return states
-
-
-def parse_kamailio_stats(kamcmd_output: str) -> dict[str, float]:
-    """{name: value} from ``kamcmd stats.get_statistics script:`` (``script:openclaw_name = 3``)."""
-    out: dict[str, float] = {}
-    for m in re.finditer(r"script:openclaw_(\w+)\s*=\s*(\d+)", kamcmd_output):
-        out[m.group(1)] = float(m.group(2))
-    return out
-
-
-def merge_metrics(texts: dict[str, str], label: str = "worker") -> list[Metric]:
-    """Metric families of several processes' /metrics, each sample labelled ``label=<key>``.
-
-    Families with the same name are merged into one (a scrape may hold each
-    family once). A text that does not parse is skipped entirely; the caller
-    counts it.
-    """
-    merged: dict[str, Metric] = {}
-    for key, text in texts.items():
-        for family in text_string_to_metric_families(text):
-            target = merged.get(family.name)
-            if target is None:
-                target = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
-            for s in family.samples:
-                labels = dict(s.labels)
-                labels[label] = key
-                target.add_sample(s.name, labels, s.value, s.timestamp, s.exemplar)
-    return list(merged.values())
-
-
-def _parse_all(texts: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    good: dict[str, str] = {}
-    bad: list[str] = []
-    for key, text in texts.items():
-        try:
-            list(text_string_to_metric_families(text))
-        except Exception:  # noqa: BLE001 -- the parser raises ValueError and others
-            bad.append(key)
-            continue
-        good[key] = text
-    return good, bad
-
-
-# -- child processes ------------------------------------------------------------------
-
-class _ChildProtocol(protocol.ProcessProtocol):
-    """Relays a child's output to the log, line by line, and reports when it ends."""
-
-    def __init__(self, child: "Child") -> None:
-        self._child = child
-        self._buf = {1: b"", 2: b""}
-
-    def childDataReceived(self, fd: int, data: bytes) -> None:  # noqa: N802 (Twisted API)
-        buf = self._buf.get(fd, b"") + data
-        *lines, rest = buf.split(b"\n")
-        self._buf[fd] = rest
-        for line in lines:
-            self._child._line(line.decode("utf-8", "replace").rstrip())
-
-    def processEnded(self, reason: Any) -> None:  # noqa: N802
-        for fd, rest in self._buf.items():
-            if rest:
-                self._child._line(rest.decode("utf-8", "replace").rstrip())
-        value = reason.value
-        code = getattr(value, "exitCode", None)
-        sig = getattr(value, "signal", None)
-        self._child._ended(code, sig)
-
-
-Spawner = Callable[[protocol.ProcessProtocol, str, list[str], dict[str, str]], Any]
-
-
-@dataclass
-class Child:
-    """One supervised process (a worker, Kamailio, or the speech server)."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    #: "stopped" → "starting" → "ready" → ("draining") → "exited" / "backoff"
-    status: str = "stopped"
-    pid: int | None = None
-    started_at: float = 0.0
-    restarts: int = 0
-    failures: int = 0
-    last_exit: str = ""
-    transport: Any = None
-    restart_timer: Any = None
-    killpg: Callable[[int, int], None] = field(default=os.killpg, repr=False)
-    on_line: Callable[["Child", str], None] = field(default=lambda child, line: None, repr=False)
-    on_exit: Callable[["Child", int | None, int | None], None] = field(default=lambda child, code, sig: None,
-                                                                       repr=False)
-
-    def _line(self, line: str) -> None:
-        self.on_line(self, line)
-
-    def _ended(self, code: int | None, sig: int | None) -> None:
-        self.transport = None
-        self.pid = None
-        self.on_exit(self, code, sig)
-
-    @property
-    def running(self) -> bool:
-        return self.transport is not None
-
-    def signal(self, name: str, group: bool = False) -> bool:
-        """Send SIG*name* to the process (*group*: to its whole process group, e.g. Kamailio's children)."""
-        if self.transport is None:
-            return False
-        signum = int(getattr(signal, "SIG" + name))  # Twisted maps only a few names itself
-        try:
-            if group and self.pid:
-                self.killpg(self.pid, signum)  # each child leads its own session (see _LAUNCHER)
-            else:
-                self.transport.signalProcess(signum)
-            return True
-        except Exception:  # noqa: BLE001 -- ProcessExitedAlready and OSError
-            return False
+#: largest /metrics or /healthz body read from a worker
+MAX_WORKER_BODY_BYTES = 16 << 20
 
 
 @dataclass
@@ -343,8 +121,8 @@ class Supervisor:
         self._in_thread = in_thread or threads.deferToThread
         self._killpg = killpg or os.killpg
         self._spawn = spawn or (lambda proto, exe, argv, env: reactor.spawnProcess(proto, exe, argv, env=env))
-        self._fetch = fetch or _http_get
-        self._run = run or _run_command
+        self._fetch = fetch or http_fetcher(reactor)
+        self._run = run or run_command
         self.registry = CollectorRegistry()
         r = self.registry
         self.m_worker_up = Gauge("openclaw_worker_up", "1 while the worker process answers its health check ready",
@@ -400,7 +178,7 @@ class Supervisor:
         while self.reactor.seconds() < deadline and not all(w.child.status == "ready" for w in self.workers):
             if self.state != "starting":
                 return
-            yield _sleep(self.reactor, 0.2)
+            yield deferLater(self.reactor, 0.2, lambda: None)
         not_ready = [w.plan.index for w in self.workers if w.child.status != "ready"]
         if not_ready:
             log.warn("workers {ids} not ready after {s:.0f} s; going on without them", ids=not_ready,
@@ -486,8 +264,8 @@ class Supervisor:
         child.killpg = self._killpg
         child.status = "starting"
         child.started_at = self.reactor.seconds()
-        argv = [sys.executable, "-c", _LAUNCHER, str(os.getpid())] + child.argv
-        child.transport = self._spawn(_ChildProtocol(child), sys.executable, argv, child.env)
+        argv = [sys.executable, "-c", LAUNCHER, str(os.getpid())] + child.argv
+        child.transport = self._spawn(ChildProtocol(child), sys.executable, argv, child.env)
         child.pid = getattr(child.transport, "pid", None)
         log.info("{name} started (pid {pid})", name=child.name, pid=child.pid)
 
@@ -507,7 +285,7 @@ class Supervisor:
                     self.front.status = "ready"
                     self.m_front_up.set(1)
                     return
-            yield _sleep(self.reactor, 0.2)
+            yield deferLater(self.reactor, 0.2, lambda: None)
         raise RuntimeError("kamailio did not answer on its control socket within 15 s")
 
     # -- output and exits ------------------------------------------------------------
@@ -532,6 +310,7 @@ class Supervisor:
         sys.stdout.flush()
 
     def _child_exit(self, child: Child, code: int | None, sig: int | None) -> None:
+        # Restarts are decided here (see agent.app.supervisor_child for why not procmon).
         how = f"signal {signal.Signals(sig).name}" if sig else f"status {code}"
         uptime = self.reactor.seconds() - child.started_at
         child.last_exit = how
@@ -614,7 +393,7 @@ class Supervisor:
 
     def _check_worker(self, w: WorkerState) -> defer.Deferred[None]:
         url = f"http://127.0.0.1:{w.plan.metrics_port}/healthz"
-        d = self._in_thread(self._fetch, url, 1.0)
+        d = defer.maybeDeferred(self._fetch, url, 1.0)
 
         def got(result: tuple[int, bytes]) -> None:
             status, body = result
@@ -682,22 +461,28 @@ class Supervisor:
                                                   "dispatcher.list"]))
 
     # -- metrics --------------------------------------------------------------------
-    def scrape(self) -> bytes:
-        """One exposition covering the supervisor and every worker (blocking; use in a thread)."""
+    @defer.inlineCallbacks
+    def scrape(self) -> Any:
+        """One exposition covering the supervisor and every worker (a Deferred firing with bytes).
+
+        The workers are read on the reactor thread; parsing, merging and ``kamcmd`` run in a thread.
+        """
+        running = [w for w in self.workers if w.child.running]
+        urls = [f"http://127.0.0.1:{w.plan.metrics_port}/metrics" for w in running]
+        results = yield defer.DeferredList([defer.maybeDeferred(self._fetch, url, 2.0) for url in urls],
+                                           consumeErrors=True)
         texts: dict[str, str] = {}
-        for w in self.workers:
-            if not w.child.running:
-                continue
-            try:
-                status, body = self._fetch(f"http://127.0.0.1:{w.plan.metrics_port}/metrics", 2.0)
-            except Exception:  # noqa: BLE001 -- URLError, timeouts, refused
+        for w, (ok, result) in zip(running, results):
+            if ok and result[0] == 200:
+                texts[str(w.plan.index)] = result[1].decode("utf-8", "replace")
+            else:  # timeouts, refused, an error status
                 self.m_scrape_errors.labels(str(w.plan.index)).inc()
-                continue
-            if status == 200:
-                texts[str(w.plan.index)] = body.decode("utf-8", "replace")
-            else:
-                self.m_scrape_errors.labels(str(w.plan.index)).inc()
-        good, bad = _parse_all(texts)
+        body = yield self._in_thread(self._exposition, texts)
+        return body
+
+    def _exposition(self, texts: dict[str, str]) -> bytes:
+        """The supervisor's own metrics, then every worker's merged (blocking; use in a thread)."""
+        good, bad = parse_all(texts)
         for key in bad:
             self.m_scrape_errors.labels(key).inc()
         if self.front is not None and self.front.running:
@@ -718,7 +503,7 @@ class Supervisor:
             dispatched = Metric("openclaw_front_dispatched", "INVITEs the Kamailio front dispatched", "counter")
             dispatched.add_sample("openclaw_front_dispatched_total", {}, self.front_stats.get("dispatched", 0.0))
             families += [front, dispatched]
-        merged.register(_Families(families))  # type: ignore[arg-type]
+        merged.register(MetricFamilies(families))  # type: ignore[arg-type]
         return own + generate_latest(merged)
 
     # -- drain and stop ---------------------------------------------------------------
@@ -811,233 +596,12 @@ class Supervisor:
             self.on_done()
 
 
-class _Families:
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
+def http_fetcher(reactor: Any) -> Callable[[str, float], defer.Deferred[tuple[int, bytes]]]:
+    """``fetch(url, timeout_s)`` over the agent's HTTP client: fires with (status, body) of any status."""
+    client = HttpClient(reactor)
 
-    def collect(self) -> list[Metric]:
-        return self._families
+    def fetch(url: str, timeout_s: float) -> defer.Deferred[tuple[int, bytes]]:
+        d = client.get(url, timeout_s=timeout_s, max_body_bytes=MAX_WORKER_BODY_BYTES)
+        return d.addCallback(lambda response: (response.status, response.body))
 
-
-def _sleep(reactor: Any, seconds: float) -> defer.Deferred[None]:
-    d: defer.Deferred[None] = defer.Deferred()
-    reactor.callLater(seconds, d.callback, None)
-    return d
-
-
-def _http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def _run_command(argv: list[str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, timeout=5, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:1] + argv[3:])}: exit {proc.returncode}: "
-                           f"{proc.stderr.decode(errors='replace').strip()[:200]}")
-    return proc.stdout.decode(errors="replace")
-
-
-# -- HTTP -----------------------------------------------------------------------------
-
-class _MetricsPage(Resource):
-    isLeaf = True
-
-    def __init__(self, sup: Supervisor) -> None:
-        super().__init__()
-        self._sup = sup
-
-    def render_GET(self, request: Any) -> Any:  # noqa: N802 (twisted.web API)
-        d = threads.deferToThread(self._sup.scrape)
-
-        def done(body: bytes) -> None:
-            request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
-            request.write(body)
-            request.finish()
-
-        def failed(f: Any) -> None:
-            log.failure("scrape failed", f)
-            request.setResponseCode(500)
-            request.finish()
-
-        d.addCallbacks(done, failed)
-        return NOT_DONE_YET
-
-
-class _HealthPage(Resource):
-    isLeaf = True
-
-    def __init__(self, sup: Supervisor) -> None:
-        super().__init__()
-        self._sup = sup
-
-    def render_GET(self, request: Any) -> bytes:  # noqa: N802
-        body = self._sup.health()
-        request.setResponseCode(200 if body["status"] in ("ok", "degraded") else 503)
-        request.setHeader(b"content-type", b"application/json")
-        return json.dumps(body).encode() + b"\n"
-
-
-class _AdminPage(Resource):
-    """``POST /admin/drain`` (the node) and ``POST /admin/workers/I/drain`` (one worker); loopback only."""
-
-    isLeaf = True
-
-    def __init__(self, sup: Supervisor) -> None:
-        super().__init__()
-        self._sup = sup
-
-    def render_POST(self, request: Any) -> bytes:  # noqa: N802
-        request.setHeader(b"content-type", b"application/json")
-        peer = str(getattr(request.getClientAddress(), "host", ""))
-        if not (peer.startswith("127.") or peer == "::1"):
-            request.setResponseCode(403)
-            return b'{"error": "admin commands are accepted from loopback only"}\n'
-        path = [p.decode() for p in request.postpath if p]
-        if path == ["drain"]:
-            self._sup.reactor.callLater(0, self._sup.drain)
-            return b'{"action": "drain", "started": true}\n'
-        if len(path) == 3 and path[0] == "workers" and path[2] == "drain" and path[1].isdigit():
-            ok = self._sup.drain_worker(int(path[1]))
-            request.setResponseCode(200 if ok else 404)
-            return json.dumps({"action": "drain", "worker": int(path[1]), "started": ok}).encode() + b"\n"
-        request.setResponseCode(404)
-        return b'{"error": "expected POST /admin/drain or /admin/workers/I/drain"}\n'
-
-
-# -- entry point ---------------------------------------------------------------------
-
-def settings_from_args(args: Any, config: ServerConfig) -> SupervisorSettings:
-    """Supervisor settings from ``serve`` options and the loaded config; ValueError on conflicts."""
-    sip = config.sip
-    host = args.host or sip.host
-    port = args.port if args.port is not None else sip.port
-    capacity = args.capacity if args.capacity is not None else sip.capacity
-    if capacity > WORKER_MAX_CALLS:
-        raise ValueError(f"--capacity {capacity} is per worker, and one worker holds at most {WORKER_MAX_CALLS} calls")
-    metrics_port = args.metrics_port if args.metrics_port is not None else config.metrics.port
-    rtp_port = args.rtp_port if getattr(args, "rtp_port", None) is not None else sip.rtp_port
-    rtp_range = args.rtp_port_range if getattr(args, "rtp_port_range", None) is not None else sip.rtp_port_range
-    records = args.call_records if args.call_records is not None else config.call_records
-    worker_host = args.worker_host or host
-    plans = plan_workers(args.workers, host=worker_host, sip_port=port, worker_port=args.worker_port,
-                         metrics_port=metrics_port, rtp_port=rtp_port, rtp_port_range=rtp_range,
-                         call_records=records)
-    worker_argv = [sys.executable, "-m", "agent.app.cli", "serve"]
-    if args.config:
-        worker_argv += ["--config", os.path.abspath(args.config)]
-    for d in args.dialplan or ():
-        worker_argv += ["--dialplan", os.path.abspath(d)]
-    if args.speech_uri:
-        worker_argv += ["--speech-uri", args.speech_uri]
-    embedded = not (args.speech_uri or config.speech.regions)
-    run_dir = os.path.abspath(args.run_dir or os.path.join("var", "run", f"openclaw-{port}"))
-    drain = args.drain_timeout if args.drain_timeout is not None else 300.0
-    return SupervisorSettings(
-        workers=plans, worker_argv=worker_argv, capacity=capacity, public_host=host, public_port=port,
-        metrics_host=args.metrics_host or config.metrics.host, metrics_port=metrics_port, run_dir=run_dir,
-        front=args.front, kamailio_cfg=os.path.abspath(args.kamailio_cfg or DEFAULT_KAMAILIO_CFG),
-        retry_after_s=sip.retry_after_s, embedded_speech=embedded, drain_timeout_s=drain,
-        log_format=args.log_format,
-        notify_front=os.environ.get("OPENCLAW_FRONT_NOTIFY", "1") != "0")
-
-
-def main_supervise(args: Any) -> int:
-    from twisted.logger import (
-        FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner, jsonFileLogObserver,
-        textFileLogObserver,
-    )
-
-    from dataclasses import replace
-
-    from agent.app.config import load_config
-    from agent.dialplan.model import DialplanError, load_dialplans
-    from agent.yamlmarks import ConfigError
-
-    try:
-        config = load_config(args.config)
-    except ConfigError as e:
-        print(f"openclaw-voice: invalid config:\n{e}", file=sys.stderr)
-        return 2
-    if args.dialplan:
-        config = replace(config, dialplans=tuple(args.dialplan))
-    try:
-        load_dialplans(list(config.dialplans))  # refuse here rather than in N crash-looping workers
-    except (DialplanError, ConfigError) as e:
-        print(f"openclaw-voice: invalid dialplan:\n{e}", file=sys.stderr)
-        return 2
-    try:
-        settings = settings_from_args(args, config)
-    except ValueError as e:
-        print(f"openclaw-voice: {e}", file=sys.stderr)
-        return 2
-    if settings.front == "kamailio":
-        import shutil
-
-        for binary in (settings.kamailio_bin, settings.kamcmd_bin):
-            if shutil.which(binary) is None:
-                print(f"openclaw-voice: --front kamailio needs {binary} (Debian package kamailio; "
-                      f"ops/bootstrap.sh install)", file=sys.stderr)
-                return 2
-        if not os.path.exists(settings.kamailio_cfg):
-            print(f"openclaw-voice: no Kamailio config at {settings.kamailio_cfg}", file=sys.stderr)
-            return 2
-
-    observer = jsonFileLogObserver(sys.stdout) if args.log_format == "json" else textFileLogObserver(sys.stdout)
-    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    globalLogBeginner.beginLoggingTo([FilteringLogObserver(observer, [predicate])], redirectStandardIO=False)
-
-    from twisted.internet import reactor
-
-    sup = Supervisor(settings, reactor)
-    status = {"code": 0}
-
-    def done() -> None:
-        if reactor.running:
-            reactor.stop()
-
-    sup.on_done = done
-    root = Resource()
-    root.putChild(b"metrics", _MetricsPage(sup))
-    root.putChild(b"healthz", _HealthPage(sup))
-    root.putChild(b"admin", _AdminPage(sup))
-
-    def failed(failure: Any) -> None:
-        log.failure("supervisor failed to start", failure)
-        status["code"] = 1
-        sup.drain()
-        sup.end_calls()
-
-    def started() -> None:
-        try:
-            reactor.listenTCP(settings.metrics_port, Site(root), interface=settings.metrics_host)
-        except Exception as e:  # noqa: BLE001 -- CannotListenError
-            log.error("cannot serve metrics on {host}:{port}: {err}", host=settings.metrics_host,
-                      port=settings.metrics_port, err=e)
-            status["code"] = 1
-            reactor.stop()
-            return
-        sup.start().addErrback(failed)
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        name = signal.Signals(signum).name
-        log.info("signal {sig}", sig=name)
-        reactor.callFromThread(sup.drain)
-
-    def on_hup(_signum: int, _frame: Any) -> None:
-        log.info("SIGHUP: workers reload their dialplans")
-        reactor.callFromThread(sup.reload)
-
-    def install_handlers() -> None:
-        # After reactor.run() has installed its own (it must, to reap children).
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGHUP, on_hup)
-
-    reactor.callWhenRunning(install_handlers)
-    reactor.callWhenRunning(started)
-    reactor.run()
-    return status["code"]
+    return fetch
