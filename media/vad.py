@@ -52,7 +52,10 @@ class VadConfig:
 
 
 class EnergyVad:
-    """Classify frames as voiced or not and emit start / end of speech."""
+    """Classify frames as voiced or not and emit start / end of speech.
+
+    A :class:`media.voicing.VoicingDetector` (:meth:`voiced`); the agent's turn-taking energy
+    rule, used where a decision must match the agent's (the recogniser's flush)."""
 
     def __init__(self, config: VadConfig | None = None, sample_rate_hz: int = SAMPLE_RATE_HZ) -> None:
         self.config = config or VadConfig()
@@ -93,6 +96,11 @@ class EnergyVad:
             return False
         return level_dbfs > self.config.min_level_dbfs and level_dbfs > self._floor + self.config.threshold_db
 
+    def voiced(self, pcm: bytes) -> bool:
+        """Feed one frame, for a user that wants only the voicing: was it voiced?"""
+        self.feed(pcm)
+        return self.last_frame_voiced
+
     def feed(self, pcm: bytes) -> list[VadEvent]:
         """Feed one frame; return the events it completes."""
         frame_ms = len(pcm) / BYTES_PER_SAMPLE * 1000.0 / self._rate
@@ -128,8 +136,8 @@ class EnergyVad:
 
     def _track_floor(self, level: float, frame_ms: float) -> None:
         # Minimum statistics over the last floor_window_ms, in 100 ms blocks: the pauses
-        # between syllables keep the floor down under speech (a rising average climbs ~10 dB in
-        # two seconds of talking, and the quiet end of a word then counts as silence), while a
+        # between syllables keep the floor down under speech (a rising average climbs under
+        # talking, and the quiet end of a word then counts as silence), while a
         # sound with no dips becomes the floor. Digital silence (all-zero samples, as trunks
         # send between words) is very quiet, not "no information".
         level = max(level, _DIGITAL_SILENCE_DBFS)

@@ -1,4 +1,4 @@
-"""The embedded recogniser's flush when the voice drops away (agent.speech.server.main.UtteranceRecognizer).
+"""The embedded recogniser's flush when the voice drops away (agent.speech.server.recognizer.UtteranceRecognizer).
 
 A fake decoder records what it is fed; the frames are synthetic (a tone is voice, zeros are
 silence), classified by level, so each test states exactly where the voice ends.
@@ -9,7 +9,7 @@ import math
 import struct
 from dataclasses import dataclass
 
-from agent.speech.server.main import (
+from agent.speech.server.recognizer import (
     FLUSH_AFTER_MS, FLUSH_PAD_MS, FRAME_BYTES, FRAME_MS, STEP_BYTES, STEP_MS, EndpointingParams,
     FinalHypothesis, InterimHypothesis, UtteranceRecognizer)
 
@@ -29,7 +29,7 @@ def silence(ms: int) -> bytes:
 class LevelClassifier:
     """Voiced when the frame is not digital silence (stands in for the WebRTC VAD)."""
 
-    def is_voiced(self, frame: bytes) -> bool:
+    def voiced(self, frame: bytes) -> bool:
         return any(frame)
 
 
@@ -124,7 +124,7 @@ def test_no_flush_without_interim_results() -> None:
 
 def _decoded_frames(audio: bytes, monkeypatch, flush: bool) -> int:
     if not flush:
-        monkeypatch.setattr("agent.speech.server.main.FLUSH_AFTER_MS", 10 ** 9)
+        monkeypatch.setattr("agent.speech.server.recognizer.FLUSH_AFTER_MS", 10 ** 9)
     _, decoder, _ = run(audio)
     monkeypatch.undo()
     return decoder.frames

@@ -201,12 +201,12 @@ def test_replay_buffer_overflow_counts_lost_voiced_audio() -> None:
 
 def test_voicing_meter_hears_speech_not_silence_or_steady_hiss() -> None:
     """A tone is voiced; digital silence is not; steady hiss stops counting once the floor adapts."""
-    meter = VoicingMeter()
-    assert meter.voiced(VOICED, RATE)
-    assert not meter.voiced(SILENT, RATE)
-    assert meter.voiced(SILENT, RATE, level_dbfs=-20.0)  # a level measured by the caller wins
+    meter = VoicingMeter(sample_rate_hz=RATE)
+    assert meter.voiced(VOICED)
+    assert not meter.voiced(SILENT)
+    assert meter.voiced(SILENT, level_dbfs=-20.0)  # a level measured by the caller wins
     hiss = struct.pack("<320h", *((i * 7919) % 400 - 200 for i in range(320)))  # about -48 dBFS
-    results = [meter.voiced(hiss, RATE) for _ in range(400)]
+    results = [meter.voiced(hiss) for _ in range(400)]
     assert not any(results[-50:])
 
 
