@@ -314,7 +314,6 @@ class Supervisor:
         how = f"signal {signal.Signals(sig).name}" if sig else f"status {code}"
         uptime = self.reactor.seconds() - child.started_at
         child.last_exit = how
-        was = child.status
         child.status = "exited"
         worker = self._worker_of(child)
         if worker is not None:
