@@ -1,0 +1,86 @@
+"""What the caller's words and keys mean at an ask step, and the ``Listen`` that waits for them."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from agent.dialplan.actions import Listen
+from agent.dialplan.intents import IntentMatch, IntentMatcher, expand_synonyms
+from agent.dialplan.model import AskStep, Intent
+from agent.dialplan.slots import DIGIT_WORDS, strip_slot_words
+
+__all__ = ["DTMF_KEYS", "ask_phrases", "intent_named", "listen_for", "match_intent"]
+
+DTMF_KEYS = frozenset("0123456789*#ABCD")
+"""Keys a caller can press (A-D exist on some keypads)."""
+
+_SPOKEN_DIGITS = dict(zip("0123456789", DIGIT_WORDS))
+
+
+@lru_cache(maxsize=256)
+def ask_phrases(ask: AskStep) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each intent's phrases: examples, their synonym variants, and spoken DTMF digits."""
+    examples: list[tuple[str, tuple[str, ...]]] = []
+    for intent in ask.intents:
+        phrases = expand_synonyms(intent.examples, dict(intent.synonyms))
+        word = _SPOKEN_DIGITS.get(intent.dtmf or "")
+        if word is not None:
+            phrases += [word, f"option {word}", f"press {word}", f"number {word}"]
+        examples.append((intent.name, tuple(phrases)))
+    return tuple(examples)
+
+
+@lru_cache(maxsize=256)
+def _matcher(ask: AskStep) -> IntentMatcher:
+    """The intent matcher of an ask; DTMF-bound intents also accept the spoken digit."""
+    return IntentMatcher(dict(ask_phrases(ask)))
+
+
+def match_intent(ask: AskStep, text: str) -> IntentMatch | None:
+    """The intent *text* selects; intents that fill slots are also tried without the words of
+    their slot values ("book an appointment tomorrow at 3 pm")."""
+    if not ask.intents:
+        return None
+    matcher = _matcher(ask)
+    match = matcher.match(text)
+    kinds = sorted({kind for intent in ask.intents for _, kind in intent.slots})
+    if match is not None or not kinds:
+        return match
+    stripped = strip_slot_words(text, kinds)
+    if not stripped or stripped == text:
+        return None
+    match = matcher.match(stripped)
+    if match is not None and intent_named(ask, match).slots:
+        return match
+    return None
+
+
+def intent_named(ask: AskStep, match: IntentMatch) -> Intent:
+    """The ask's intent that *match* names."""
+    for intent in ask.intents:
+        if intent.name == match.name:
+            return intent
+    raise KeyError(match.name)  # unreachable: the matcher only knows this ask's intents
+
+
+def listen_for(ask: AskStep, collecting: bool = False) -> Listen:
+    """The caller's turn at *ask*; *collecting*: keypad digits are being entered, so the
+    timeout is the inter-digit one."""
+    settings = ask.settings
+    slot = ask.slot
+    digits = slot is not None and (slot.collects_digits or slot.type == "yes_no")
+    return Listen(
+        settings.inter_digit_timeout_ms if collecting else settings.no_input_timeout_ms,
+        speech=ask.speech,
+        dtmf=ask.dtmf,
+        slot_type=slot.type if slot is not None else None,
+        max_digits=slot.max_dtmf_digits if digits and slot is not None else 1,
+        terminator=slot.terminator if slot is not None and slot.collects_digits else None,
+        collecting_digits=collecting,
+        language=settings.language,
+        asr_model=settings.asr_model,
+        endpointing=settings.endpointing,
+        phrases=tuple(p for _, ps in ask_phrases(ask) for p in ps),
+        intents=tuple(i.name for i in ask.intents),
+        step=ask.id,
+    )
