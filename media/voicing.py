@@ -21,13 +21,14 @@ Measurements: docs/speech.md.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from media.frames import BYTES_PER_SAMPLE, SAMPLE_RATE_HZ, rms_dbfs
 
 
+@runtime_checkable
 class VoicingDetector(Protocol):
     """Fed consecutive frames of pcm16 audio, one call each: is this frame voiced?"""
 

@@ -1,6 +1,6 @@
 """Speech client: streaming recognition and synthesis over NVIDIA Riva's gRPC API.
 
-This is the only agent module (besides :mod:`agent.speech.server.main`) that imports ``riva`` or
+This is the only agent module (besides the embedded server, :mod:`agent.speech.server`) that imports ``riva`` or
 ``grpc``. It speaks to a real Riva server or to the embedded one identically, through
 ``riva.client`` (``Auth``, ``ASRService``, ``SpeechSynthesisService``) and the standard
 ``grpc.health.v1`` service (from ``grpcio-health-checking``; ``riva.client.health`` must not

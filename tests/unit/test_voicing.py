@@ -67,3 +67,48 @@ def test_sibilance_is_high_for_a_sibilant_only() -> None:
     assert -6 < last_sibilance(white) < 0
     assert last_sibilance(voice) < -30
     assert last_sibilance([0.0] * n) == -math.inf
+
+
+def test_every_voicing_detector_implements_the_one_interface() -> None:
+    """The four detectors answer the same question through VoicingDetector.voiced(pcm)."""
+    from agent.speech.server.recognizer import VoicedFrameClassifier
+    from media.vad import EnergyVad
+    from media.voicing import VoicingDetector, VoicingMeter
+
+    for detector in (PeriodicityMeter(), VoicingMeter(), EnergyVad(), VoicedFrameClassifier()):
+        assert isinstance(detector, VoicingDetector), type(detector).__name__
+
+
+def mixed_frames() -> list[bytes]:
+    """Silence, a voice with a pitch, white noise and silence again, in 10 ms frames."""
+    rng = random.Random(5)
+    voice = [sum(3000 / k * math.sin(2 * math.pi * 150 * k * i / RATE) for k in range(1, 8))
+             for i in range(RATE * 300 // 1000)]
+    noise = [rng.gauss(0.0, 3000.0) for _ in range(RATE * 200 // 1000)]
+    silent = [0.0] * (RATE * 200 // 1000)
+    return frames(silent + voice + noise + silent)
+
+
+def test_periodicity_voiced_is_the_periodicity_at_its_threshold() -> None:
+    """voiced() says what feed() >= voiced_periodicity says, frame by frame, and hears the voice."""
+    from media.voicing import VOICED_PERIODICITY
+
+    by_voiced, by_feed = PeriodicityMeter(), PeriodicityMeter()
+    decisions = [by_voiced.voiced(f) for f in mixed_frames()]
+    assert decisions == [by_feed.feed(f) >= VOICED_PERIODICITY for f in mixed_frames()]
+    assert any(decisions) and not all(decisions)
+
+
+def test_energy_vad_voiced_is_its_last_frame_voiced() -> None:
+    """EnergyVad.voiced() feeds the frame and reports last_frame_voiced, the same decisions as feed()."""
+    from media.vad import EnergyVad
+
+    by_voiced, by_feed = EnergyVad(), EnergyVad()
+    decisions = [by_voiced.voiced(f) for f in mixed_frames()]
+    expected = []
+    for f in mixed_frames():
+        by_feed.feed(f)
+        expected.append(by_feed.last_frame_voiced)
+    assert decisions == expected
+    assert any(decisions) and not all(decisions)
+    assert by_voiced.now_ms == by_feed.now_ms and by_voiced.speaking == by_feed.speaking
