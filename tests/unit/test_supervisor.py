@@ -282,3 +282,24 @@ def test_a_hung_worker_is_killed_and_restarted(harness: Harness) -> None:
     for _ in range(7):
         harness.clock.advance(1.0)
     assert harness.proto_of(0)[1].signals == [signal.SIGKILL]
+
+
+def test_scrape_merges_every_running_worker_and_counts_the_ones_it_cannot_read(harness: Harness) -> None:
+    """/metrics: worker 0 answers and is merged with a worker label; worker 1 refuses and counts a scrape
+    error; the supervisor's own families come first."""
+    def fetch(url: str, timeout_s: float) -> Any:
+        if url.endswith(":9465/metrics"):
+            return defer.succeed((200, WORKER_METRICS.format(answered=5.0, fast=2.0, active=1.0).encode()))
+        return defer.fail(OSError("connection refused"))
+
+    harness.sup._fetch = fetch  # type: ignore[assignment]
+    results: list[Any] = []
+    harness.sup.scrape().addBoth(results.append)
+    body = results[0].decode()
+    parsed = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for f in text_string_to_metric_families(body) for s in f.samples}
+    assert parsed[("openclaw_calls_total", (("outcome", "answered"), ("worker", "0")))] == 5.0
+    assert not any(dict(labels).get("worker") == "1" and name == "openclaw_calls_total"
+                   for name, labels in parsed)
+    assert parsed[("openclaw_worker_scrape_errors_total", (("worker", "1"),))] == 1.0
+    assert body.index("openclaw_worker_up") < body.index("openclaw_calls_total")
