@@ -9,9 +9,8 @@ silence needed depends on what the caller has said so far:
   and"): wait much longer (``continuation_silence_ms``);
 * anything else: ``incomplete_silence_ms``.
 
-:class:`TurnEndpointer` is pure: it is fed timestamps (media milliseconds
-from the VAD, or any monotonic milliseconds) and transcripts, and returns
-decisions; it never reads a clock.
+:class:`TurnEndpointer` is pure: it is fed time stamps (seconds on the
+call's clock) and transcripts, and returns decisions; it never reads a clock.
 """
 from __future__ import annotations
 
@@ -89,64 +88,78 @@ class EndpointerConfig:
 @dataclass(frozen=True)
 class EndOfTurn:
     text: str
-    #: when the caller's last voiced audio ended
-    speech_end_ms: float
-    #: when the decision was made (``speech_end_ms`` + the silence waited)
-    decided_ms: float
+    #: when the caller's last voiced audio ended (seconds)
+    speech_end_at: float
+    #: when the decision was made (``speech_end_at`` + the silence waited)
+    decided_at: float
     reason: str  # "complete", "short", "incomplete", "continuation"
-    #: from the turn's first voice to its last
-    speech_ms: float = 0.0
+    #: from the turn's first voice to its last (seconds)
+    speech_s: float = 0.0
+
+    @property
+    def silence_s(self) -> float:
+        return self.decided_at - self.speech_end_at
+
+
+def _elapsed_ms(since: float, now: float) -> float:
+    """Milliseconds from *since* to *now* (seconds): time stamps meet the configured ``*_ms`` here.
+
+    Rounded to the microsecond so that the float noise of second stamps (1.91 - 1.85) never
+    puts a silence a hair under the threshold it has reached."""
+    return round((now - since) * 1000.0, 6)
 
 
 class TurnEndpointer:
-    """One caller turn at a time: speech start/end, transcripts in; :class:`EndOfTurn` out."""
+    """One caller turn at a time: speech start/end, transcripts in; :class:`EndOfTurn` out.
+
+    Time stamps are seconds on the caller's clock; the silences it waits are the configured ``*_ms``."""
 
     def __init__(self, is_complete: Callable[[str], bool], config: EndpointerConfig | None = None,
-                 last_voiced_ms: Callable[[], float] | None = None) -> None:
-        """*last_voiced_ms*, when given, says when the caller's latest voiced frame ended: silence
+                 last_voiced_at: Callable[[], float] | None = None) -> None:
+        """*last_voiced_at*, when given, says when the caller's latest voiced frame ended: silence
         is counted from it, so a voice that comes back after the VAD reported the end (the last
         sound of "balance" after a dip) is not talked over before the VAD reports it again."""
         self.config = config or EndpointerConfig()
         self._is_complete = is_complete
-        self._last_voiced_ms = last_voiced_ms
+        self._last_voiced_at = last_voiced_at
         self.reset()
 
     def reset(self) -> None:
         """Forget the current turn (after a decision, or when the agent stops listening)."""
         self.text = ""
-        self._speech_start_ms: float | None = None
-        self._speech_end_ms: float | None = None  # None while the caller is speaking
+        self._speech_start: float | None = None
+        self._speech_end: float | None = None  # None while the caller is speaking
         self._speaking = False
         self._complete_cache: tuple[str, bool] = ("", False)
 
     @property
     def in_turn(self) -> bool:
-        return self._speech_start_ms is not None
+        return self._speech_start is not None
 
-    def on_speech_start(self, at_ms: float) -> None:
-        if self._speech_start_ms is None:
-            self._speech_start_ms = at_ms
+    def on_speech_start(self, at: float) -> None:
+        if self._speech_start is None:
+            self._speech_start = at
         self._speaking = True
-        self._speech_end_ms = None
+        self._speech_end = None
 
-    def on_speech_end(self, last_voiced_ms: float, now_ms: float) -> EndOfTurn | None:
-        """The caller went quiet after *last_voiced_ms*; *now_ms* is when that was noticed."""
-        if self._speech_start_ms is None:
+    def on_speech_end(self, last_voiced_at: float, now: float) -> EndOfTurn | None:
+        """The caller went quiet after *last_voiced_at*; *now* is when that was noticed."""
+        if self._speech_start is None:
             return None
         self._speaking = False
-        self._speech_end_ms = last_voiced_ms
-        return self.poll(now_ms)
+        self._speech_end = last_voiced_at
+        return self.poll(now)
 
-    def on_transcript(self, text: str, now_ms: float) -> EndOfTurn | None:
+    def on_transcript(self, text: str, now: float) -> EndOfTurn | None:
         """An interim or final transcript of the turn so far."""
         text = text.strip()
         if text:
             self.text = text
-            if self._speech_start_ms is None:
+            if self._speech_start is None:
                 # The recogniser heard speech the VAD missed: treat it as a turn.
-                self._speech_start_ms = now_ms
-                self._speech_end_ms = now_ms
-        return self.poll(now_ms)
+                self._speech_start = now
+                self._speech_end = now
+        return self.poll(now)
 
     def required_silence_ms(self) -> int:
         """Silence that would end the turn given what has been said so far."""
@@ -158,38 +171,39 @@ class TurnEndpointer:
             return c.continuation_silence_ms
         return c.incomplete_silence_ms
 
-    def poll(self, now_ms: float) -> EndOfTurn | None:
+    def poll(self, now: float) -> EndOfTurn | None:
         """Check the silence so far; call whenever time has passed."""
-        if self._speech_start_ms is None or self._speaking or self._speech_end_ms is None:
+        if self._speech_start is None or self._speaking or self._speech_end is None:
             return None
-        if self._last_voiced_ms is not None:
-            self._speech_end_ms = max(self._speech_end_ms, self._last_voiced_ms())
+        if self._last_voiced_at is not None:
+            self._speech_end = max(self._speech_end, self._last_voiced_at())
+        silence_ms = _elapsed_ms(self._speech_end, now)
         if not self.text:
             # Nothing recognised (yet): only a long silence ends a turn of noise.
-            if now_ms - self._speech_end_ms < self.config.incomplete_silence_ms:
+            if silence_ms < self.config.incomplete_silence_ms:
                 return None
         need = self.required_silence_ms()
-        if now_ms - self._speech_end_ms < need:
+        if silence_ms < need:
             return None
         reason = ("complete" if need == self.config.complete_silence_ms else
                   "short" if need == self.config.short_turn_silence_ms else
                   "continuation" if need == self.config.continuation_silence_ms else "incomplete")
-        decision = EndOfTurn(self.text, self._speech_end_ms, now_ms, reason, self._speech_ms())
+        decision = EndOfTurn(self.text, self._speech_end, now, reason, self._speech_ms() / 1000.0)
         self.reset()
         return decision
 
-    def next_deadline_ms(self) -> float | None:
-        """When :meth:`poll` could next decide, if nothing else happens."""
-        if self._speech_start_ms is None or self._speaking or self._speech_end_ms is None:
+    def next_deadline(self) -> float | None:
+        """When :meth:`poll` could next decide, if nothing else happens (seconds)."""
+        if self._speech_start is None or self._speaking or self._speech_end is None:
             return None
-        need = self.required_silence_ms() if self.text else self.config.incomplete_silence_ms
-        return self._speech_end_ms + need
+        need_ms = self.required_silence_ms() if self.text else self.config.incomplete_silence_ms
+        return self._speech_end + need_ms / 1000.0
 
     def _speech_ms(self) -> float:
-        if self._speech_start_ms is None:
+        if self._speech_start is None:
             return 0.0
-        end = self._speech_end_ms if self._speech_end_ms is not None else self._speech_start_ms
-        return max(0.0, end - self._speech_start_ms)
+        end = self._speech_end if self._speech_end is not None else self._speech_start
+        return max(0.0, _elapsed_ms(self._speech_start, end))
 
     def _complete(self, text: str) -> bool:
         cached_text, cached = self._complete_cache

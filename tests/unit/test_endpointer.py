@@ -1,7 +1,14 @@
-"""TurnEndpointer and TranscriptAssembler on scripted timelines (milliseconds, no clock)."""
+"""TurnEndpointer and TranscriptAssembler on scripted timelines (written in milliseconds, fed as seconds; no clock)."""
+import pytest
+
 from agent.call.endpointer import (
     EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, looks_unfinished,
 )
+
+def ms(t: float) -> float:
+    """A time stamp written in milliseconds, as the endpointer's seconds."""
+    return t / 1000.0
+
 
 COMPLETE = {"check my balance", "what are your opening hours", "goodbye"}
 
@@ -14,104 +21,104 @@ def make() -> TurnEndpointer:
 def test_complete_request_ends_after_a_short_silence():
     """ "check my balance" then 60 ms of silence ends the turn, stamped at the end of speech."""
     ep = make()
-    ep.on_speech_start(1000)
-    assert ep.on_transcript("check my balance", 1700) is None  # still speaking
-    assert ep.on_speech_end(1800, 1840) is None
-    assert ep.next_deadline_ms() == 1860
-    d = ep.poll(1860)
+    ep.on_speech_start(ms(1000))
+    assert ep.on_transcript("check my balance", ms(1700)) is None  # still speaking
+    assert ep.on_speech_end(ms(1800), ms(1840)) is None
+    assert ep.next_deadline() == pytest.approx(ms(1860))
+    d = ep.poll(ms(1860))
     assert d is not None and d.text == "check my balance" and d.reason == "complete"
-    assert (d.speech_end_ms, d.decided_ms) == (1800, 1860)
+    assert (d.speech_end_at, d.decided_at) == pytest.approx((ms(1800), ms(1860)))
     assert not ep.in_turn
 
 
 def test_transcript_arriving_after_the_silence_decides_at_once():
     """When the words that complete the request arrive late, the turn ends on their arrival."""
     ep = make()
-    ep.on_speech_start(0)
-    ep.on_transcript("check my", 500)
-    assert ep.on_speech_end(900, 940) is None
-    assert ep.poll(1000) is None
-    d = ep.on_transcript("check my balance", 1010)
-    assert d is not None and d.decided_ms == 1010 and d.speech_end_ms == 900
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("check my", ms(500))
+    assert ep.on_speech_end(ms(900), ms(940)) is None
+    assert ep.poll(ms(1000)) is None
+    d = ep.on_transcript("check my balance", ms(1010))
+    assert d is not None and d.decided_at == ms(1010) and d.speech_end_at == ms(900)
 
 
 def test_unfinished_phrase_waits_through_a_500_ms_pause():
     """ "I would like to" + 500 ms pause is not a turn end; the rest of the sentence joins it."""
     ep = make()
-    ep.on_speech_start(0)
-    ep.on_transcript("i would like to", 800)
-    assert ep.on_speech_end(900, 940) is None
-    assert ep.poll(1400) is None
-    assert ep.next_deadline_ms() == 900 + 1400
-    ep.on_speech_start(1400)
-    ep.on_transcript("i would like to check my balance", 2100)
-    assert ep.on_speech_end(2200, 2240) is None  # the whole phrase is not an intent example
-    d = ep.poll(3000)
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("i would like to", ms(800))
+    assert ep.on_speech_end(ms(900), ms(940)) is None
+    assert ep.poll(ms(1400)) is None
+    assert ep.next_deadline() == pytest.approx(ms(900 + 1400))
+    ep.on_speech_start(ms(1400))
+    ep.on_transcript("i would like to check my balance", ms(2100))
+    assert ep.on_speech_end(ms(2200), ms(2240)) is None  # the whole phrase is not an intent example
+    d = ep.poll(ms(3000))
     assert d is not None and d.reason == "incomplete" and d.text.endswith("check my balance")
 
 
 def test_words_that_are_not_a_request_wait_the_incomplete_silence():
     """Without a complete request the turn ends only after 800 ms of silence."""
     ep = make()
-    ep.on_speech_start(0)
-    ep.on_transcript("the weather is nice", 600)
-    ep.on_speech_end(700, 740)
-    assert ep.poll(1499) is None
-    assert ep.poll(1500).reason == "incomplete"
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("the weather is nice", ms(600))
+    ep.on_speech_end(ms(700), ms(740))
+    assert ep.poll(ms(1499)) is None
+    assert ep.poll(ms(1500)).reason == "incomplete"
 
 
 def test_a_complete_request_needs_enough_speech():
     """A 100 ms blip recognised as "goodbye" does not end a turn on meaning alone."""
     ep = make()
-    ep.on_speech_start(0)
-    ep.on_transcript("goodbye", 100)
-    ep.on_speech_end(100, 140)
-    assert ep.poll(200) is None
-    assert ep.poll(900) is not None
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("goodbye", ms(100))
+    ep.on_speech_end(ms(100), ms(140))
+    assert ep.poll(ms(200)) is None
+    assert ep.poll(ms(900)) is not None
 
 
 def test_a_one_word_request_waits_the_short_turn_silence():
     """ "no" in 250 ms of speech, or the "what" of "what time do you open" heard as a complete
     word before the stop of "time": 250 ms of silence, not 40, ends such a turn."""
     ep = make()
-    ep.on_speech_start(0)
-    ep.on_transcript("goodbye", 200)
-    assert ep.on_speech_end(250, 290) is None
-    assert ep.poll(400) is None and ep.next_deadline_ms() == 500
-    ep.on_speech_start(420)  # the caller goes on: no decision was made
-    assert ep.in_turn and ep.on_speech_end(1200, 1240) is None
-    d = ep.poll(1260)
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("goodbye", ms(200))
+    assert ep.on_speech_end(ms(250), ms(290)) is None
+    assert ep.poll(ms(400)) is None and ep.next_deadline() == pytest.approx(ms(500))
+    ep.on_speech_start(ms(420))  # the caller goes on: no decision was made
+    assert ep.in_turn and ep.on_speech_end(ms(1200), ms(1240)) is None
+    d = ep.poll(ms(1260))
     assert d is not None and d.reason == "complete"
-    ep.on_speech_start(2000)
-    ep.on_transcript("goodbye", 2200)
-    ep.on_speech_end(2250, 2290)
-    d = ep.poll(2500)
-    assert d is not None and d.reason == "short" and d.decided_ms - d.speech_end_ms == 250
+    ep.on_speech_start(ms(2000))
+    ep.on_transcript("goodbye", ms(2200))
+    ep.on_speech_end(ms(2250), ms(2290))
+    d = ep.poll(ms(2500))
+    assert d is not None and d.reason == "short" and d.silence_s == pytest.approx(ms(250))
 
 
 def test_silence_counts_from_the_latest_voiced_frame():
     """The VAD reported the end of "check my balance" at a dip, but the last sound of "balance"
     came after it: the 60 ms are counted from that sound, not from the reported end."""
-    last_voiced = [1800.0]
+    last_voiced = [ms(1800)]
     ep = TurnEndpointer(lambda text: text in COMPLETE, EndpointerConfig(complete_silence_ms=60),
-                        last_voiced_ms=lambda: last_voiced[0])
-    ep.on_speech_start(1000)
-    ep.on_transcript("check my balance", 1700)
-    assert ep.on_speech_end(1800, 1840) is None
-    last_voiced[0] = 1850.0  # voice again, too short for the VAD to report a new start
-    assert ep.poll(1860) is None
-    assert ep.next_deadline_ms() == 1910
-    d = ep.poll(1910)
-    assert d is not None and d.speech_end_ms == 1850 and d.reason == "complete"
+                        last_voiced_at=lambda: last_voiced[0])
+    ep.on_speech_start(ms(1000))
+    ep.on_transcript("check my balance", ms(1700))
+    assert ep.on_speech_end(ms(1800), ms(1840)) is None
+    last_voiced[0] = ms(1850)  # voice again, too short for the VAD to report a new start
+    assert ep.poll(ms(1860)) is None
+    assert ep.next_deadline() == pytest.approx(ms(1910))
+    d = ep.poll(ms(1910))
+    assert d is not None and d.speech_end_at == ms(1850) and d.reason == "complete"
 
 
 def test_noise_without_words_ends_only_after_the_long_silence():
     """Speech the recogniser found no words in ends with an empty turn after 800 ms."""
     ep = make()
-    ep.on_speech_start(0)
-    ep.on_speech_end(300, 340)
-    assert ep.poll(1000) is None
-    d = ep.poll(1100)
+    ep.on_speech_start(ms(0))
+    ep.on_speech_end(ms(300), ms(340))
+    assert ep.poll(ms(1000)) is None
+    d = ep.poll(ms(1100))
     assert d is not None and d.text == ""
 
 

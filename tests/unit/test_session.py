@@ -97,7 +97,7 @@ class Harness:
         self.reactor = FakeReactor()
         self.speech = FakeSpeech()
         self.control = FakeControl(transfer_ok)
-        self.now = [100.0]
+        self.reactor.advance(100.0)
         dialplan = load_dialplan(DEFAULT)
         variables = {"caller": "5551234", "called": "1000", "call_id": "c1", "region": "local",
                      "config.transfer_uri": "sip:desk@127.0.0.1:5070"}
@@ -106,16 +106,17 @@ class Harness:
         self.session = CallSession("c1", self.dialogue, self.speech, self.control, self.reactor,
                                    prompts=Prompts(), settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=30),
                                                             phrase_hints=phrase_hints),
-                                   on_ended=self.ended.append, monotonic=lambda: self.now[0])
+                                   on_ended=self.ended.append)
         self.heard: list[str] = []
 
     def tick(self, frames: int = 1, caller: bytes | None = None) -> None:
-        """Advance media time by *frames* 10 ms frames in both directions."""
+        """Advance media time by *frames* 10 ms frames in both directions: each frame is moved
+        at the end of its 10 ms, then the reactor runs what fell due by then."""
         for _ in range(frames):
-            self.now[0] += 0.01
+            self.reactor.rightNow += 0.01
             self.session.media.push_frame(caller if caller is not None else bytes(FRAME))
             self.session.playout.pull_frame(FRAME)
-            self.reactor.advance(0.01)
+            self.reactor.advance(0)
 
     def play_out(self, max_frames: int = 2000) -> None:
         """Run until the agent has nothing queued."""
@@ -141,7 +142,7 @@ class Harness:
             self.asr_final(text)
 
     def said(self) -> list[str]:
-        return [p["text"] for t in self.session.turns for p in t.agent_prompts]
+        return [p.text for t in self.session.turns for p in t.agent_prompts]
 
 
 def test_recognition_gets_the_dialplans_phrases_only_when_hints_are_on():
@@ -164,7 +165,7 @@ def test_greeting_then_menu_then_listening_with_no_input_reprompt():
     h.play_out()
     assert h.said()[0].startswith("Thank you for calling")
     assert h.said()[1].startswith("How can I help you")
-    assert h.session._listening
+    assert h.session.turn_taker.listening
     h.tick(499)
     assert len(h.said()) == 2
     h.tick(2)
@@ -177,7 +178,7 @@ def test_spoken_request_gets_the_balance_and_latency_is_measured():
     h.session.start()
     h.play_out()
     h.tick(30, caller=tone_frame())
-    last_voiced = h.now[0]
+    last_voiced = h.reactor.seconds()
     h.tick(25)
     h.asr_final("check my balance")
     h.tick(3)
@@ -209,9 +210,9 @@ def test_caller_voice_during_a_prompt_pauses_it_at_once_and_interrupts_it():
     h.asr_interim("wait i need")
     assert h.session.barge_ins == 1
     assert not h.session.playout.busy
-    assert h.session._listening
+    assert h.session.turn_taker.listening
     greeting = h.session.turns[0].agent_prompts[0]
-    assert greeting["interrupted"] and 0 < greeting["played_ms"] < greeting["total_ms"]
+    assert greeting.interrupted and 0 < greeting.played_ms < greeting.total_ms
 
 
 def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
@@ -232,7 +233,7 @@ def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
     h.play_out()
     greeting = h.session.turns[0].agent_prompts[0]
-    assert not greeting["interrupted"] and greeting["played_ms"] == greeting["total_ms"]
+    assert not greeting.interrupted and greeting.played_ms == greeting.total_ms
     assert h.said()[1].startswith("How can I help you")
     assert played_before > 0
 
@@ -368,7 +369,7 @@ def test_an_acknowledgement_recognised_while_it_is_said_lets_the_prompt_play_on_
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
     h.play_out()
     greeting = h.session.turns[0].agent_prompts[0]
-    assert not greeting["interrupted"] and greeting["played_ms"] == greeting["total_ms"]
+    assert not greeting.interrupted and greeting.played_ms == greeting.total_ms
 
 
 def test_an_acknowledgement_that_turns_into_an_interruption_still_stops_the_prompt():
@@ -383,7 +384,7 @@ def test_an_acknowledgement_that_turns_into_an_interruption_still_stops_the_prom
     h.tick(20, caller=tone_frame())
     h.asr_interim("okay wait")
     assert h.session.barge_ins == 1
-    assert not h.session.playout.busy and h.session._listening
+    assert not h.session.playout.busy and h.session.turn_taker.listening
 
 
 def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():
@@ -430,7 +431,7 @@ def test_ending_politely_cuts_the_prompt_says_goodbye_then_hangs_up():
     assert h.session.playout.busy
     h.session.end_politely("We are closing now. Goodbye.", "kal16", "server stopping")
     h.tick(10)
-    said = [p["text"] for t in h.session.turns for p in t.agent_prompts]
+    said = [p.text for t in h.session.turns for p in t.agent_prompts]
     assert said[-1] == "We are closing now. Goodbye." and said[-2] != said[-1]
     assert h.session.playout.busy and h.control.hung_up == 0
     h.play_out()
@@ -467,7 +468,7 @@ def test_successful_transfer_hangs_up_our_leg():
 def test_streamed_prompt_waits_for_synthesis():
     """A prompt missing from the cache is streamed: it finishes only after synthesis is done."""
     h = Harness()
-    h.session._prompts = None
+    h.session.speaker.prompts = None
     h.session.start()
     synth = h.speech.syntheses[-1]
     synth.on_audio(b"\x03" * FRAME * 2)
@@ -482,7 +483,7 @@ def test_streamed_prompt_waits_for_synthesis():
 def test_hangup_mid_prompt_cancels_synthesis_and_recognition():
     """The caller hanging up during a streamed prompt closes every stream."""
     h = Harness()
-    h.session._prompts = None
+    h.session.speaker.prompts = None
     h.session.start()
     h.tick(2)
     h.session.close("disconnected 200")
@@ -577,7 +578,7 @@ def test_a_set_aside_voice_whose_final_comes_late_does_not_stick_to_the_next_one
     h.asr_interim("yeah")
     h.tick(8, caller=tone_frame())
     assert not h.session.playout.paused  # an acknowledgement held 60 ms: the prompt plays on over it
-    assert h.session._barge is not None and h.session._barge.text == "yeah"
+    assert h.session.barge.current is not None and h.session.barge.current.text == "yeah"
 
 
 def _answer_then_go_on(h: Harness, gap_frames: int) -> None:
@@ -610,8 +611,8 @@ def test_a_word_added_just_after_the_turn_was_taken_is_a_cut_in_the_reply_plays_
     assert h.session.cut_ins == 1  # the final's extra word is the same cut-in
     assert h.session.false_interruptions == 0 and h.session.barge_ins == 0
     h.play_out()
-    record = next(p for t in h.session.turns for p in t.agent_prompts if p["text"] == reply)
-    assert not record["interrupted"] and record["played_ms"] == record["total_ms"]
+    record = next(p for t in h.session.turns for p in t.agent_prompts if p.text == reply)
+    assert not record.interrupted and record.played_ms == record.total_ms
     assert h.said()[-1].startswith("Is there anything else")
 
 
@@ -643,7 +644,7 @@ def test_reply_is_prepared_while_the_silence_is_confirmed():
     """A complete request seen mid-speech is answered from the speculative state; a request
     that changes before the turn ends throws the speculation away."""
     h = Harness()
-    h.session._prompts = None
+    h.session.speaker.prompts = None
     h.session.start()
     done = set()
     for _ in range(50):
@@ -653,11 +654,11 @@ def test_reply_is_prepared_while_the_silence_is_confirmed():
                 s.on_audio(b"\x01" * FRAME * 3)
                 s.on_done()
         h.tick(5)
-    assert h.session._listening
+    assert h.session.turn_taker.listening
     h.tick(10, caller=tone_frame())
     h.asr_interim("goodbye")
-    spec = h.session._speculation
-    assert spec is not None and spec[0] == "goodbye"
+    spec = h.session.turn_taker.speculation
+    assert spec is not None and spec.text == "goodbye"
     prepared = h.speech.syntheses[-1]
     assert prepared.text.startswith("Thank you for calling OpenClaw Bank. Goodbye")
     prepared.on_audio(b"\x02" * FRAME * 3)
@@ -665,7 +666,7 @@ def test_reply_is_prepared_while_the_silence_is_confirmed():
     syntheses_before = len(h.speech.syntheses)
     h.tick(35, caller=tone_frame())  # 450 ms of speech: not a short turn
     h.tick(10)
-    assert h.session.dialogue is spec[1]
+    assert h.session.dialogue is spec.dialogue
     assert len(h.speech.syntheses) == syntheses_before, "the prepared audio was played, not synthesised again"
     assert h.said()[-1].startswith("Thank you for calling OpenClaw Bank. Goodbye")
 
@@ -677,11 +678,11 @@ def test_speculation_is_discarded_when_the_caller_goes_on():
     h.play_out()
     h.tick(10, caller=tone_frame())
     h.asr_interim("check my balance")
-    first = h.session._speculation
+    first = h.session.turn_taker.speculation
     assert first is not None
     h.tick(10, caller=tone_frame())
     h.asr_interim("check my balance of the savings account")
-    assert h.session._speculation is None or h.session._speculation[0] != "check my balance"
+    assert h.session.turn_taker.speculation is None or h.session.turn_taker.speculation.text != "check my balance"
 
 
 def test_an_interruption_decided_just_after_the_voice_ended_is_answered():
@@ -762,14 +763,14 @@ def test_an_acknowledgement_with_a_stop_inside_keeps_its_words_when_the_voice_co
     assert not h.session.playout.paused and h.session.false_interruptions == 1
     h.tick(4, caller=tone_frame())
     assert not h.session.playout.paused, "the rest of the acknowledgement: the prompt plays on"
-    barge = h.session._barge
+    barge = h.session.barge.current
     assert barge is not None and barge.text == "oh" and barge.talking_over, "the same barge-in, watching"
     assert h.session.false_interruptions == 0
     h.asr_interim("ok")
-    assert h.session._barge.text == "ok"
+    assert h.session.barge.current.text == "ok"
     h.tick(18, caller=tone_frame())
     assert not h.session.playout.paused
     h.tick(10)
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
     h.play_out()
-    assert not h.session.turns[0].agent_prompts[0]["interrupted"]
+    assert not h.session.turns[0].agent_prompts[0].interrupted

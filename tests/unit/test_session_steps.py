@@ -57,7 +57,6 @@ class StepHarness:
         self.reactor = FakeReactor()
         self.speech = FakeSpeech()
         self.control = Bridging()
-        self.now = [0.0]
         self.requests = []
         self.webhook = defer.Deferred()
         dialplan = parse_dialplan(DIALPLAN, "test.yaml")
@@ -70,15 +69,15 @@ class StepHarness:
 
         self.session = CallSession("c9", self.dialogue, self.speech, self.control, self.reactor,
                                    settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=40)),
-                                   monotonic=lambda: self.now[0], webhooks=webhooks,
+                                   webhooks=webhooks,
                                    recordings_dir=str(tmp_path))
 
     def tick(self, frames=1, caller=None):
         for _ in range(frames):
-            self.now[0] += 0.01
+            self.reactor.rightNow += 0.01
             self.session.media.push_frame(caller if caller is not None else bytes(FRAME))
             self.session.playout.pull_frame(FRAME)
-            self.reactor.advance(0.01)
+            self.reactor.advance(0)
 
     def synth_all(self):
         """Finish every streamed prompt (nothing is cached here)."""
@@ -89,7 +88,7 @@ class StepHarness:
                 s.on_done()
 
     def said(self):
-        return [p["text"] for t in self.session.turns for p in t.agent_prompts]
+        return [p.text for t in self.session.turns for p in t.agent_prompts]
 
 
 def test_webhook_result_becomes_variables_and_record_writes_a_wav(tmp_path):

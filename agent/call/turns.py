@@ -1,0 +1,208 @@
+"""Taking the caller's turn: endpointing, the no-input timer, and replies prepared ahead.
+
+:class:`TurnTaker` feeds the VAD's speech start/end and the recogniser's words to the
+:class:`~agent.call.endpointer.TurnEndpointer`, polls it when its next deadline comes,
+and hands each :class:`~agent.call.endpointer.EndOfTurn` to the session. While the
+caller's silence is being confirmed, words that already make a complete request
+are answered ahead on a fork of the dialogue (a :class:`Speculation`), whose first
+prompt starts synthesising at once; the session uses it if the turn ends on the same words.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from twisted.internet.interfaces import IDelayedCall
+
+from agent.app.metrics import AgentMetrics
+from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer
+from agent.call.ports import Reactor, cancel
+from agent.call.reply import PromptPlayer
+from agent.dialplan.engine import Action, DialogueSession, Listen, Say
+from agent.speech.api import SynthesisStream
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """A reply worked out before the turn was certain."""
+
+    #: the caller's words it answers
+    text: str
+    #: the dialogue forked and stepped on those words
+    dialogue: DialogueSession
+    actions: tuple[Action, ...]
+    #: audio synthesised ahead, by prompt text (ends with b"" once complete)
+    prepared: dict[str, list[bytes]] = field(default_factory=dict)
+    streams: tuple[SynthesisStream, ...] = ()
+
+
+class TurnTaker:
+    """The caller's turn while the dialogue listens: when it has ended, and what was said."""
+
+    def __init__(self, reactor: Reactor, transcripts: TranscriptAssembler, config: EndpointerConfig,
+                 is_complete: Callable[[str], bool], last_voiced_at: Callable[[], float],
+                 dialogue: Callable[[], DialogueSession], player: PromptPlayer, metrics: AgentMetrics | None,
+                 on_end_of_turn: Callable[[EndOfTurn], None], on_no_input: Callable[[], None]) -> None:
+        self._reactor = reactor
+        self.transcripts = transcripts
+        self.endpointer = TurnEndpointer(is_complete, config, last_voiced_at=last_voiced_at)
+        self._is_complete = is_complete
+        self._dialogue = dialogue
+        self._player = player
+        self._metrics = metrics
+        self._on_end_of_turn = on_end_of_turn
+        self._on_no_input = on_no_input
+        self.listening = False
+        self.listen: Listen | None = None
+        self.speculation: Speculation | None = None
+        #: the VAD has the caller speaking
+        self.caller_speaking = False
+        #: when the caller's current (or latest) voice began, and when the latest one ended
+        self.speech_started_at: float | None = None
+        self.last_speech_end: float | None = None
+        self._endpoint_timer: IDelayedCall | None = None
+        self._no_input_timer: IDelayedCall | None = None
+
+    # -- listening -----------------------------------------------------------------
+    def start_listening(self, action: Listen, caller_turn_began: bool) -> None:
+        """The dialogue listens. *caller_turn_began*: the caller's voice that interrupted the
+        prompt before this is the start of the turn."""
+        self.listening = True
+        self.listen = action
+        if caller_turn_began and self.speech_started_at is not None:
+            self.endpointer.on_speech_start(self.speech_started_at)
+        else:
+            self.endpointer.reset()
+            self.transcripts.reset()
+            self.start_no_input(action.no_input_timeout_ms)
+
+    def stop_listening(self) -> None:
+        self.drop_speculation()
+        self.listening = False
+        self.listen = None
+        self.cancel_no_input()
+        self._cancel_endpoint_timer()
+        self.endpointer.reset()
+
+    def close(self) -> None:
+        self.cancel_no_input()
+        self._cancel_endpoint_timer()
+
+    # -- the caller's voice and words ----------------------------------------------
+    def on_speech_start(self, at: float) -> None:
+        self.caller_speaking = True
+        self.speech_started_at = at
+        self.cancel_no_input()
+        if self.listening:
+            self.endpointer.on_speech_start(at)
+            self._cancel_endpoint_timer()
+
+    def on_speech_end(self, at: float) -> None:
+        self.caller_speaking = False
+        self.last_speech_end = at
+        if self.listening:
+            self._handle(self.endpointer.on_speech_end(at, self._reactor.seconds()))
+            if self.listen is not None and not self.endpointer.in_turn:
+                self.start_no_input(self.listen.no_input_timeout_ms)
+
+    def on_words(self, text: str) -> None:
+        """The turn's words so far (from an interim or a final)."""
+        if self.listening:
+            self._speculate(text)
+            self._handle(self.endpointer.on_transcript(text, self._reactor.seconds()))
+
+    def take_interrupting_turn(self, started_at: float, last_voiced_at: float) -> None:
+        """A barge-in became the caller's turn: it began at *started_at*; decide on its words."""
+        if not self.listening:
+            return
+        now = self._reactor.seconds()
+        self.endpointer.on_speech_start(started_at)
+        if not self.caller_speaking:
+            self.endpointer.on_speech_end(last_voiced_at, now)
+        self._handle(self.endpointer.on_transcript(self.transcripts.text, now))
+
+    def restart_no_input(self) -> None:
+        """Words came to nothing: wait for the caller again (unless they are talking)."""
+        if self.listening and self.listen is not None and not self.caller_speaking:
+            self.start_no_input(self.listen.no_input_timeout_ms)
+
+    # -- speculation ----------------------------------------------------------------
+    def take_speculation(self) -> Speculation | None:
+        spec, self.speculation = self.speculation, None
+        return spec
+
+    def drop_speculation(self, spec: Speculation | None = None) -> None:
+        """Cancel *spec* (default: the current one) and count it discarded."""
+        if spec is None:
+            spec, self.speculation = self.speculation, None
+        if spec is None:
+            return
+        for stream in spec.streams:
+            stream.cancel()
+        if self._metrics:
+            self._metrics.speculations.labels("discarded").inc()
+
+    def _speculate(self, text: str) -> None:
+        """The words so far make a request: prepare the reply before the turn is certain."""
+        if self.speculation is not None and self.speculation.text == text:
+            return
+        self.drop_speculation()
+        if not text or not self._is_complete(text):
+            return
+        t0 = self._reactor.seconds()
+        fork = self._dialogue().fork()
+        actions = fork.on_transcript(text)
+        if self._metrics:
+            self._metrics.dialogue_step.observe(self._reactor.seconds() - t0)
+        prepared: dict[str, list[bytes]] = {}
+        streams: list[SynthesisStream] = []
+        first = next((a for a in actions if isinstance(a, Say)), None)
+        ahead = self._player.prepare(first) if first is not None else None
+        if first is not None and ahead is not None:
+            prepared[first.text], stream = ahead
+            streams.append(stream)
+        self.speculation = Speculation(text, fork, tuple(actions), prepared, tuple(streams))
+
+    # -- endpointing ----------------------------------------------------------------
+    def _handle(self, decision: EndOfTurn | None) -> None:
+        if decision is None:
+            self._schedule_poll()
+            return
+        self._cancel_endpoint_timer()
+        self.transcripts.consume()
+        if self._metrics:
+            self._metrics.endpoint_silence.labels(decision.reason).observe(max(0.0, decision.silence_s))
+        self._on_end_of_turn(decision)
+
+    def _schedule_poll(self) -> None:
+        self._cancel_endpoint_timer()
+        deadline = self.endpointer.next_deadline()
+        if deadline is None or not self.listening:
+            return
+        delay = max(0.0, deadline - self._reactor.seconds())
+        self._endpoint_timer = self._reactor.callLater(delay, self._poll)
+
+    def _poll(self) -> None:
+        self._endpoint_timer = None
+        if not self.listening:
+            return
+        self._handle(self.endpointer.poll(self._reactor.seconds()))
+
+    def _cancel_endpoint_timer(self) -> None:
+        timer, self._endpoint_timer = self._endpoint_timer, None
+        cancel(timer)
+
+    # -- no input ---------------------------------------------------------------------
+    def start_no_input(self, timeout_ms: int) -> None:
+        self.cancel_no_input()
+        self._no_input_timer = self._reactor.callLater(timeout_ms / 1000.0, self._no_input)
+
+    def cancel_no_input(self) -> None:
+        timer, self._no_input_timer = self._no_input_timer, None
+        cancel(timer)
+
+    def _no_input(self) -> None:
+        self._no_input_timer = None
+        if not self.listening:
+            return
+        self._on_no_input()
