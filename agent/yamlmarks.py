@@ -13,6 +13,8 @@ import yaml
 
 @dataclass(frozen=True)
 class Mark:
+    """A position in a file, 1-based line and column (as editors count)."""
+
     path: str
     line: int     # 1-based
     column: int   # 1-based
@@ -80,6 +82,31 @@ def _convert(node: yaml.Node, path: str) -> Node:
         return Node([_convert(v, path) for v in node.value], mark)
     loader = yaml.SafeLoader("")
     return Node(loader.construct_object(node), mark)
+
+
+def mark_of(path: str, node: yaml.Node) -> Mark:
+    """Where a composed PyYAML *node* starts in *path*."""
+    return Mark(path, node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+_TAG_WORDS = {
+    "tag:yaml.org,2002:str": "a string",
+    "tag:yaml.org,2002:int": "an integer",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:bool": "a boolean",
+    "tag:yaml.org,2002:timestamp": "a timestamp",
+}
+
+
+def describe(node: yaml.Node) -> str:
+    """What a composed PyYAML *node* is, for "found ..." in messages: ``an integer '5'``."""
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    if node.tag == "tag:yaml.org,2002:null":
+        return "nothing (null)"
+    return f"{_TAG_WORDS.get(node.tag, node.tag)} {node.value!r}"
 
 
 def key_mark(node: Node, key: str) -> Mark:

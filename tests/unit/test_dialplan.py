@@ -194,7 +194,7 @@ def test_parse_dialplan_from_text_names_the_source() -> None:
     assert parse_dialplan(MINIMAL).route("1", "2") == "main"
     with pytest.raises(DialplanError) as info:
         parse_dialplan("version: 2\n", path="inline.yaml")
-    assert str(info.value) == "inline.yaml:1:10: unsupported version 2; expected one of: 1"
+    assert str(info.value) == "inline.yaml:1:10: expected 'version' to be 1, found an integer '2'"
 
 
 # --------------------------------------------------------------------------- errors
@@ -214,7 +214,7 @@ ERROR_CASES = [
             "6:9: unknown key 'sayy' in a step; expected one of: id, settings, next, say, ask, "
             "set, branch, webhook, hours, transfer, queue, goto, return, hangup, record, model "
             "(did you mean 'say'?)",
-            "6:9: expected the step to have one of: say, ask, set, branch, webhook, hours, "
+            "6:9: expected a step to have one of: say, ask, set, branch, webhook, hours, "
             "transfer, queue, goto, return, hangup, record, model",
         ],
         id="unknown-key",
@@ -230,8 +230,8 @@ ERROR_CASES = [
               - say: [1, 2]
         """,
         [
-            "5:26: expected 'barge_in' (true or false), found a string 'maybe'",
-            "7:14: expected 'say' (a string), found a list",
+            "5:26: expected 'barge_in' to be one of: true, false, dtmf, found a string 'maybe'",
+            "7:14: expected 'say' (a string or a mapping), found a list",
         ],
         id="wrong-type",
     ),
@@ -443,7 +443,7 @@ ERROR_CASES = [
         """,
         [
             "5:37: expected 'no_input_timeout_ms' between 100 and 120000, found 10",
-            "6:12: flow 'main' has no steps; expected at least one",
+            "6:12: expected at least one step under 'steps'",
         ],
         id="range-and-empty-flow",
     ),
@@ -507,7 +507,7 @@ def test_broken_step_does_not_cascade_into_unknown_target_errors(tmp_path: Path)
                 say: ["oops"]
         """,
     )
-    assert str(error) == f"{path}:10:14: expected 'say' (a string), found a list"
+    assert str(error) == f"{path}:10:14: expected 'say' (a string or a mapping), found a list"
 
 
 def test_dialplan_without_routes_is_an_error(tmp_path: Path) -> None:

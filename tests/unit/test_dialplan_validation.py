@@ -24,7 +24,7 @@ from agent.dialplan.model import (
     parse_dialplan,
     static_prompts,
 )
-from agent.dialplan.schema import SCHEMA_PATH, load_schema, validate_text
+from agent.dialplan.validation import SCHEMA_PATH, load_schema, validate_text
 
 DIALPLANS = Path(__file__).resolve().parents[2] / "dialplans"
 EXAMPLES = [DIALPLANS / "default.yaml", DIALPLANS / "bank.yaml", DIALPLANS / "appointments.yaml"]
@@ -356,7 +356,7 @@ SEMANTIC_CASES = [
         """,
         [
             "7:20: 'max_call_duration_s' applies to a whole call; set it in the flow's or the file's settings",
-            "7:55: expected 'barge_in' (true or false), found a string 'sometimes'",
+            "7:55: expected 'barge_in' to be one of: true, false, dtmf, found a string 'sometimes'",
         ],
         id="step-duration",
     ),
@@ -389,7 +389,7 @@ SEMANTIC_CASES = [
                 goto: y
         """,
         [
-            "6:17: expected nothing after 'return:', found an integer '5'",
+            "6:17: expected 'return' (nothing or an empty mapping), found an integer '5'",
             "7:9: 'next' is not allowed in a goto step; 'goto' already says where to go",
             "8:15: 'goto' refers to unknown step 'y' in flow 'main'; expected one of: (none)",
         ],
@@ -653,12 +653,13 @@ SCHEMA_CASES = [
                  [(2, 46, "expected 'mode' to be one of: blind, bridged, found a string 'blund' "
                           "(did you mean 'blind'?)")], id="enum"),
     pytest.param("version: 1\nflows: {m: {steps: [{ask: {intents: {a: {dtmf: '12'}}}}]}}\n",
-                 [(2, 48, "expected a DTMF key to be 0-9, * or #, found '12'")], id="pattern"),
+                 [(2, 48, "expected 'dtmf' to be a single key 0-9, * or #, found '12'")], id="pattern"),
     pytest.param("version: 1\nsettings: {no_input_timeout_ms: 5}\n",
                  [(2, 33, "expected 'no_input_timeout_ms' between 100 and 120000, found 5")],
                  id="range"),
     pytest.param("version: 1\nflows: {m: {steps: [{say: a, hangup: }]}}\n",
-                 [(2, 30, "a step does one thing; found both 'say' and 'hangup'")],
+                 [(2, 30, "a step does one thing; found both 'say' and 'hangup' "
+                         "(split them into two steps)")],
                  id="two-kinds"),
     pytest.param("version: 1\nflows: {m: {steps: [{id: x}]}}\n",
                  [(2, 21, "expected a step to have one of: say, ask, set, branch, webhook, hours, "
@@ -676,5 +677,5 @@ SCHEMA_CASES = [
 def test_schema_validation_reports_line_column_and_expectation(
     text: str, expected: list[tuple[int, int, str]]
 ) -> None:
-    """The JSON Schema subset validator gives each structural problem a position and message."""
+    """The schema check gives each structural problem a position and what was expected."""
     assert validate_text(text) == expected
