@@ -1,7 +1,8 @@
 """The dialogue engine's actions, and the inputs that answer them: the call session's contract.
 
-:class:`~agent.dialplan.engine.DialogueSession` returns lists of these actions; the call
-session and the simulator carry them out and report outcomes with the session's ``on_*`` calls.
+:class:`~agent.dialplan.engine.DialogueSession` (called "the engine" below) returns lists of
+these actions; the call session and the simulator carry them out and report outcomes with the
+engine's ``on_*`` calls.
 
 Actions in one returned list are sequential: each one starts once the one before it has finished
 (a ``Say`` when its audio has been played or cut short by barge-in). An action that waits for
@@ -18,15 +19,16 @@ actions.
 ``Listen(no_input_timeout_ms, ...)``
     The caller's turn. Start the no-input timer once the prompts before it have played (and
     again whenever the caller stops speaking without a final result); on expiry call
-    :meth:`~agent.dialplan.engine.DialogueSession.on_no_input`. Deliver final transcripts to ``on_transcript(text)``
+    :meth:`~DialogueSession.on_no_input`. Deliver final transcripts to ``on_transcript(text)``
     and keys to ``on_dtmf(digit)`` (one key or several, e.g. ``"1234#"``). Fields for the
     recogniser: ``speech``/``dtmf`` (which inputs the ask takes), ``phrases`` (example phrases,
     as recognition hints), ``intents``, ``slot_type`` (digits, number, yes_no, date, time, text
     or None), ``max_digits`` and ``terminator`` (keypad entry; the engine itself collects the
     digits, each key re-issues a ``Listen`` whose timeout is the inter-digit timeout and
     ``collecting_digits`` is true), ``language``, ``asr_model`` (a version pin: route the call's
-    recognition to a region serving it), ``endpointing`` (an :class:`~agent.dialplan.model.Endpointing`,
-    None fields meaning the server default) and ``step``.
+    recognition to a region serving it), ``endpointing`` (an
+    :class:`~agent.dialplan.model.Endpointing`, None fields meaning the server default) and
+    ``step``.
 
 ``Transfer(target_uri, mode="blind", timeout_ms=30000, queue=None)``
     ``blind``: send SIP REFER to *target_uri*. ``bridged``: dial *target_uri* from the agent
@@ -38,8 +40,8 @@ actions.
     it returns ``[]`` and is ended: keep the bridge up until either party hangs up.
 
 ``CallWebhook(request: WebhookRequest)``
-    Call the integrator's HTTP endpoint (``agent.integrations.webhook.call_webhook(reactor, request)`` does
-    it, with the request's timeout, retries and backoff) and report
+    Call the integrator's HTTP endpoint (``agent.integrations.webhook.call_webhook(reactor,
+    request)`` does it, with the request's timeout, retries and backoff) and report
     ``on_webhook_result(result: WebhookResult)``. The engine waits; caller input meanwhile is
     ignored.
 
@@ -68,13 +70,13 @@ actions.
 Timing rules:
 
 * As soon as a list ending in ``Listen`` is returned the engine is at that ask step
-  (:attr:`~agent.dialplan.engine.DialogueSession.expects_input` is true), even while the prompts are still playing.
+  (:attr:`DialogueSession.expects_input` is true), even while the prompts are still playing.
   Input delivered during those prompts therefore answers the ask: a DTMF key pressed during a
   barge-in-able greeting selects the menu option. Whether to deliver input during a prompt that
   is *not* barge-in-able is the call session's decision: it should discard it until that prompt
   has finished.
 * Input that arrives when no ask is waiting (during a transfer, webhook, recording, or while
-  the prompts before a hangup play) is ignored, and recorded in :attr:`~agent.dialplan.engine.DialogueSession.history`
+  the prompts before a hangup play) is ignored, and recorded in :attr:`DialogueSession.history`
   as ``ignored``. Speech is never buffered for a later ask.
 * Outcomes that do not match what the engine waits for (a webhook result while listening, say)
   are ignored. After the call has ended every event returns ``[]``; no event ever raises.

@@ -364,7 +364,8 @@ def webhook_request(
     if step.method != "GET":
         if step.default_body:
             payload: object = {
-                "call": {k: variables.get(k, "") for k in ("call_id", "caller", "called", "region")},
+                "call": {k: variables.get(k, "")
+                         for k in ("call_id", "caller", "called", "region")},
                 "flow": flow,
                 "step": step.id,
                 "variables": {k: v for k, v in sorted(variables.items())

@@ -34,7 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
-from agent.dialplan.expressions import Expression, TemplateError, parse_expression, parse_placeholder
+from agent.dialplan.expressions import (
+    Expression, TemplateError, parse_expression, parse_placeholder,
+)
 from agent.dialplan.number_patterns import NumberPattern
 from agent.dialplan.values import FILTERS, Value, to_text, truthy
 

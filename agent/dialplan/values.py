@@ -101,22 +101,23 @@ def _f_round(value: Value, places: Value = 0) -> Value:
     return int(rounded) if int(digits) <= 0 else rounded
 
 
+def _iso_date(value: Value) -> _dt.date | None:
+    try:
+        return _dt.date.fromisoformat(to_text(value).strip()[:10])
+    except ValueError:
+        return None
+
+
 def _f_date(value: Value) -> Value:
     """``2025-03-04`` -> ``Tuesday, March 4``."""
-    try:
-        day = _dt.date.fromisoformat(to_text(value).strip()[:10])
-    except ValueError:
-        return value
-    return f"{day.strftime('%A, %B')} {day.day}"
+    day = _iso_date(value)
+    return value if day is None else f"{day.strftime('%A, %B')} {day.day}"
 
 
 def _f_weekday(value: Value) -> Value:
     """``2025-03-04`` -> ``tuesday`` (lower case, for conditions)."""
-    try:
-        day = _dt.date.fromisoformat(to_text(value).strip()[:10])
-    except ValueError:
-        return None
-    return day.strftime("%A").lower()
+    day = _iso_date(value)
+    return None if day is None else day.strftime("%A").lower()
 
 
 def _f_time(value: Value) -> Value:
