@@ -133,9 +133,9 @@ def _convert(node: Node, path: Path, doc: Document, constructor: SafeConstructor
         try:
             constructor.flatten_mapping(node)
         except yaml.MarkedYAMLError as exc:
-            doc.problems.append((mark_of(doc.path, exc.problem_mark or node.start_mark), str(exc.problem)))
-            doc.bad.add(id(node))
-            return {}
+            where = exc.problem_mark or node.start_mark
+            doc.problems.append((Mark(doc.path, where.line + 1, where.column + 1), str(exc.problem)))
+            node.value = [(k, v) for k, v in node.value if k.tag != "tag:yaml.org,2002:merge"]
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, ScalarNode) or key_node.tag not in _STRINGLIKE_TAGS:
@@ -261,12 +261,13 @@ def _what(path: Path, schema: dict[str, Any]) -> str:
     if not path:
         return title or "the dialplan"
     key = path[-1]
+    parent = f" of '{path[-2]}'" if len(path) > 1 and isinstance(path[-2], str) else ""
     if isinstance(key, str):
         if _declares(_schema_at(path[:-1]), key) or not title:
             return f"'{key}'"
         article, _, noun = title.partition(" ")
-        return f"{noun} {key!r}" if article in ("a", "an") else title
-    return title or "an item"
+        return f"{noun} {key!r}" if article in ("a", "an") else f"{key!r}{parent}"
+    return title or f"an item{parent}"
 
 
 def _noun(schema: dict[str, Any]) -> str:
@@ -304,7 +305,7 @@ def _report(error: ValidationError, doc: Document) -> None:
         doc.bad.discard(id(node))
         doc.bad.update({id(key_node), id(doc.nodes.get(path + (error.instance,)))})
         detail = schema.get("description", f"the pattern {schema.get('pattern')}")
-        title = schema.get("title", "a name")
+        title = schema.get("title", "a name") + (f" in '{path[-1]}'" if path and isinstance(path[-1], str) else "")
         doc.problems.append((doc.mark(key_node), f"expected {title} to be {detail}, found {error.instance!r}"))
         return
     if kind == "additionalProperties":
@@ -356,6 +357,8 @@ def _alternatives(error: ValidationError, doc: Document, what: str) -> None:
     node = doc.nodes[tuple(error.absolute_path)]
     branches = [_resolve(b) for b in error.validator_value]
     if all(set(b) == {"required"} for b in branches):
+        if not isinstance(error.instance, dict):
+            return  # not a mapping: its type error says so
         keys = [b["required"][0] for b in branches]
         present = [k for k in keys if isinstance(error.instance, dict) and k in error.instance]
         if len(present) > 1:
