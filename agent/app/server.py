@@ -10,34 +10,38 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
-import re
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
-from twisted.internet import defer, protocol, threads
+from twisted.internet import defer, threads
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
+from agent.app.admission import Admitted, flow_needs, source_ip
+from agent.app.call_records import append_record
 from agent.app.config import ServerConfig
+from agent.app.control import SipCallControl
+from agent.app.prompt_cache import PromptAudioCache
+from agent.app.speech_process import SpeechServerProcess
+from agent.app.web import Admin, Health
 from agent.dialplan.engine import DialogueSession
 from agent.dialplan.model import Dialplan, static_prompts
 from agent.dialplan.store import DialplanStore
 from agent.integrations.webhook import call_webhook
 from agent.call.endpointer import EndpointerConfig
 from agent.app.metrics import AgentMetrics
+from agent.call.record import CallInfo
 from agent.call.session import CallSession, SessionSettings
 from agent.integrations.model import ask_model
 from agent.regions.probe import RegionProber
 from agent.regions.selector import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
 from agent.regions.web import RegionsResource, register_region_metrics
 from agent.speech.failover import FailoverSettings, RegionalSpeech, SpeechClientPool
-from media.trim import trim_silence
 from media.vad import VadConfig
 from sip.message import SipRequest
 from sip.pjsua import PJSUA_MAX_CALLS, Rejection, SipCall, SipConfig, SipStack
@@ -48,64 +52,6 @@ log = Logger(namespace="openclaw.server")
 GOODBYE_PROMPT = "We have to end this call now. Please call again in a moment. Goodbye."
 #: a call still up this long after its goodbye began is hung up without waiting further
 GOODBYE_TIMEOUT_S = 10.0
-
-
-class PromptAudioCache:
-    """Synthesised audio of a dialplan's static prompts, keyed by (text, voice)."""
-
-    def __init__(self) -> None:
-        self._audio: dict[tuple[str, str], bytes] = {}
-
-    def get(self, text: str, voice: str) -> bytes | None:
-        return self._audio.get((text, voice))
-
-    def put(self, text: str, voice: str, pcm: bytes) -> None:
-        """Keep *pcm* without the synthesiser's leading silence (it would add to every turn)."""
-        self._audio[(text, voice)] = trim_silence(pcm)
-
-    def __len__(self) -> int:
-        return len(self._audio)
-
-
-class _SpeechServerProcess(protocol.ProcessProtocol):
-    """The embedded speech server as a child process; fires ``ready`` with its address."""
-
-    def __init__(self) -> None:
-        self.ready: defer.Deferred[str] = defer.Deferred()
-        self.ended: defer.Deferred[None] = defer.Deferred()
-        self._buf = b""
-
-    def outReceived(self, data: bytes) -> None:  # noqa: N802 (Twisted API)
-        self._buf += data
-        while b"\n" in self._buf:
-            line, self._buf = self._buf.split(b"\n", 1)
-            text = line.decode("utf-8", "replace").strip()
-            m = re.search(r"listening on (\S+)", text)
-            if m and not self.ready.called:
-                self.ready.callback(m.group(1))
-            if text:
-                log.info("speech-server: {line}", line=text)
-
-    def errReceived(self, data: bytes) -> None:  # noqa: N802
-        for line in data.decode("utf-8", "replace").splitlines():
-            if line.strip():
-                log.info("speech-server: {line}", line=line.strip())
-
-    def processEnded(self, reason: Any) -> None:  # noqa: N802
-        if not self.ready.called:
-            self.ready.errback(RuntimeError(f"embedded speech server exited: {reason.value}"))
-        self.ended.callback(None)
-
-
-@dataclass
-class _Admitted:
-    flow: str
-    dialplan: Dialplan
-    at: float
-    selection: Selection | None = None
-    pinned: tuple[str, ...] = ()
-    need_dialogue: bool = False
-    source_ip: str | None = None
 
 
 class AgentServer:
@@ -125,14 +71,14 @@ class AgentServer:
         self.metrics.dialplan_generation.set(self.store.generation)
         self.prompts = PromptAudioCache()
         self.sessions: dict[str, CallSession] = {}
-        self._admitted: dict[str, _Admitted] = {}
+        self._admitted: dict[str, Admitted] = {}
         self.speech: Any = None  # a client of the best region's TTS, for the prompt cache
         self.speech_uri = ""
         self.selector: RegionSelector | None = None
         self.prober: RegionProber | None = None
         self.pool = SpeechClientPool()
         self.region_metrics: Any = None
-        self._speech_proc: _SpeechServerProcess | None = None
+        self._speech_proc: SpeechServerProcess | None = None
         self._speech_transport: Any = None
         self.stack: SipStack | None = None
         self.web_port: Any = None
@@ -218,7 +164,7 @@ class AgentServer:
                  mport=self.web_port.getHost().port if self.web_port else 0)
 
     def _start_embedded_speech(self) -> defer.Deferred[str]:
-        proc = _SpeechServerProcess()
+        proc = SpeechServerProcess()
         env = dict(os.environ)
         env["OPENCLAW_PARENT_PID"] = str(os.getpid())
         self._speech_transport = self.reactor.spawnProcess(
@@ -261,13 +207,13 @@ class AgentServer:
 
         root = Resource()
         root.putChild(b"metrics", MetricsResource(registry=self.metrics.registry))
-        root.putChild(b"healthz", _Health(self))
-        root.putChild(b"admin", _Admin(self))
+        root.putChild(b"healthz", Health(self))
+        root.putChild(b"admin", Admin(self))
         if self.selector is not None:
             root.putChild(b"regions", RegionsResource(
                 self.selector, self.reactor.seconds,
                 calls_on=lambda region: [cid for cid, s in self.sessions.items()
-                                         if getattr(s, "region", None) == region]))
+                                         if s.info.region == region]))
         self.web_port = self.reactor.listenTCP(self.config.metrics.port, Site(root),
                                                interface=self.config.metrics.host)
 
@@ -309,11 +255,11 @@ class AgentServer:
         if self.draining and call_id not in self._admitted:
             self.metrics.calls.labels("rejected_draining").inc()
             log.info("call {call_id} refused: 503 (draining)", call_id=call_id)
-            return Rejection(503, "Service Unavailable", (("Retry-After", str(self.config.sip.retry_after_s)),))
+            return self._unavailable()
         if self.stopping or not self.ready:
             self.metrics.calls.labels("rejected_capacity").inc()
             log.info("call {call_id} refused: 503 (not ready)", call_id=call_id)
-            return Rejection(503, "Service Unavailable", (("Retry-After", str(self.config.sip.retry_after_s)),))
+            return self._unavailable()
         if call_id in self._admitted:
             return None  # a retransmission of an INVITE already admitted
         in_use = len(self.stack.calls) if self.stack else 0
@@ -321,32 +267,45 @@ class AgentServer:
             self.metrics.calls.labels("rejected_capacity").inc()
             log.info("call {call_id} from {caller} to {called} refused: 503 at capacity ({n}/{cap})",
                      call_id=call_id, caller=request.caller, called=request.called, n=in_use, cap=self.capacity)
-            return Rejection(503, "Service Unavailable", (("Retry-After", str(self.config.sip.retry_after_s)),))
-        flow = self.dialplan.route(request.called, request.caller)
+            return self._unavailable()
+        placed = self._place(request.caller, request.called, source_ip(request), request.header("x-openclaw-region"))
+        if isinstance(placed, Rejection):
+            if placed.status == 404:
+                log.info("call {call_id} from {caller} to {called} refused: 404 no route",
+                         call_id=call_id, caller=request.caller, called=request.called)
+            return placed
+        if isinstance(placed, NoRegion):
+            log.info("call {call_id} refused: 503, no speech region ({reason}: {detail})", call_id=call_id,
+                     reason=placed.reason, detail=placed.detail)
+            return self._unavailable(placed.retry_after_s)
+        self._admitted[call_id] = placed
+        return None
+
+    def _place(self, caller: str, called: str, source_ip: str | None,
+               sticky: str | None) -> Admitted | Rejection | NoRegion:
+        """Route a call and choose its speech region: what admits it, or why not (counted)."""
+        dialplan = self.dialplan
+        flow = dialplan.route(called, caller)
         if flow is None:
             self.metrics.calls.labels("rejected_no_route").inc()
-            log.info("call {call_id} from {caller} to {called} refused: 404 no route",
-                     call_id=call_id, caller=request.caller, called=request.called)
             return Rejection(404, "Not Found")
-        dialplan = self.dialplan
-        pinned, need_dialogue = _flow_needs(dialplan, flow)
-        source_ip = _source_ip(request)
-        choice = self._select_region(request.caller, source_ip, pinned, request.header("x-openclaw-region"),
-                                     need_dialogue)
+        pinned, need_dialogue = flow_needs(dialplan, flow)
+        choice = self._select_region(caller, source_ip, pinned, sticky, need_dialogue)
         if isinstance(choice, NoRegion):
             self.metrics.calls.labels("rejected_capacity").inc()
-            log.info("call {call_id} refused: 503, no speech region ({reason}: {detail})", call_id=call_id,
-                     reason=choice.reason, detail=choice.detail)
-            return Rejection(503, "Service Unavailable", (("Retry-After", str(choice.retry_after_s)),))
-        self._admitted[call_id] = _Admitted(flow, dialplan, self.reactor.seconds(), choice, pinned, need_dialogue,
-                                            source_ip)
-        return None
+            return choice
+        return Admitted(flow, dialplan, self.reactor.seconds(), choice, pinned, need_dialogue, source_ip)
+
+    def _unavailable(self, retry_after_s: float | int | None = None) -> Rejection:
+        """503 with Retry-After (the configured one unless the region selector gave its own)."""
+        after = self.config.sip.retry_after_s if retry_after_s is None else retry_after_s
+        return Rejection(503, "Service Unavailable", (("Retry-After", str(after)),))
 
     def options_status(self, request: SipRequest) -> Rejection | None:
         """Keepalive OPTIONS (Kamailio's dispatcher): 503 unless the server takes new calls."""
         if self.ready and not self.draining and not self.stopping:
             return None
-        return Rejection(503, "Service Unavailable", (("Retry-After", str(self.config.sip.retry_after_s)),))
+        return self._unavailable()
 
     # -- drain and polite stop ------------------------------------------------------
     def drain(self, timeout_s: float | None = None) -> bool:
@@ -441,19 +400,14 @@ class AgentServer:
     def incoming_call(self, call: SipCall) -> None:
         cid = call.sip_call_id
         admitted = self._admitted.get(cid)
-        if admitted is None:
-            flow = self.dialplan.route(call.called, call.caller)
-            if flow is None:
-                self.metrics.calls.labels("rejected_no_route").inc()
-                call.answer(404, "Not Found")
+        if admitted is None:  # not seen by the admission gate
+            placed = self._place(call.caller, call.called, None, call.header("x-openclaw-region"))
+            if isinstance(placed, NoRegion):
+                placed = self._unavailable(placed.retry_after_s)
+            if isinstance(placed, Rejection):
+                call.answer(placed.status, placed.reason, placed.headers)
                 return
-            pinned, need_dialogue = _flow_needs(self.dialplan, flow)
-            choice = self._select_region(call.caller, None, pinned, call.header("x-openclaw-region"), need_dialogue)
-            if isinstance(choice, NoRegion):
-                self.metrics.calls.labels("rejected_capacity").inc()
-                call.answer(503, "Service Unavailable", (("Retry-After", str(choice.retry_after_s)),))
-                return
-            admitted = _Admitted(flow, self.dialplan, self.reactor.seconds(), choice, pinned, need_dialogue)
+            admitted = placed
         selection = admitted.selection
         assert selection is not None
         variables = {
@@ -486,26 +440,22 @@ class AgentServer:
                                 pinned_versions=admitted.pinned, need_dialogue=admitted.need_dialogue,
                                 settings=FailoverSettings(stall_timeout_ms=routing.stall_timeout_ms),
                                 on_failover=lambda event: self._on_failover(cid, event))
-        session = CallSession(cid, dialogue, speech, _Control(call, self), self.reactor, prompts=self.prompts,
+        info = CallInfo(caller=call.caller, called=call.called, flow=admitted.flow, region=selection.region,
+                        dialplan_digest=getattr(admitted.dialplan, "digest", ""), sip_call=call,
+                        regional_speech=speech)
+        control = SipCallControl(call, self)
+        session = CallSession(cid, dialogue, speech, control, self.reactor, prompts=self.prompts,
                               metrics=self.metrics, settings=settings, on_ended=self._session_ended,
                               webhooks=lambda request: call_webhook(self.reactor, request),
                               recordings_dir=self.config.recordings_dir,
-                              model=self._model_for(selection))
-        session.region = selection.region  # type: ignore[attr-defined]
-        session.regional_speech = speech  # type: ignore[attr-defined]
-        session.caller = call.caller  # type: ignore[attr-defined]
-        session.called = call.called  # type: ignore[attr-defined]
-        session.flow = admitted.flow  # type: ignore[attr-defined]
-        session.dialplan_digest = getattr(admitted.dialplan, "digest", "")  # type: ignore[attr-defined]
-        session.codec = ""  # type: ignore[attr-defined]
-        session.sip_call = call  # type: ignore[attr-defined]
+                              model=self._model_for(selection), info=info)
         self.sessions[cid] = session
         self.metrics.active_calls.inc()
         self.metrics.calls.labels("answered").inc()
         started = {"done": False}
 
         def media_active() -> None:
-            session.codec = call.codec  # type: ignore[attr-defined]
+            session.codec = call.codec
             if not started["done"]:
                 started["done"] = True
                 log.info("call {call_id} media active ({codec})", call_id=cid, codec=call.codec)
@@ -514,11 +464,10 @@ class AgentServer:
         call.callbacks.on_media_active = media_active
         call.callbacks.on_dtmf = session.on_dtmf
         call.callbacks.on_transfer_status = session.on_transfer_status
-        control = session._control
 
         def disconnected(code: int, reason: str) -> None:
             session.close(f"disconnected {code} {reason}".strip())
-            leg = getattr(control, "leg", None)
+            leg = control.leg
             if leg is not None and not leg.disconnected:
                 leg.hangup()
 
@@ -537,21 +486,21 @@ class AgentServer:
         self.metrics.active_calls.dec()
         duration = self.reactor.seconds() - session.started_at
         self.metrics.call_duration.observe(duration)
-        speech = getattr(session, "regional_speech", None)
+        info = session.info
+        speech = info.regional_speech
         if speech is not None:
             speech.close()
         record = session.record()
         if speech is not None:
             record.update(speech.record())
         record.update({
-            "caller": getattr(session, "caller", ""), "called": getattr(session, "called", ""),
-            "flow": getattr(session, "flow", ""), "codec": getattr(session, "codec", ""),
-            "dialplan": getattr(session, "dialplan_digest", "")[:12],
+            "caller": info.caller, "called": info.called, "flow": info.flow, "codec": session.codec,
+            "dialplan": info.dialplan_digest[:12],
             "duration_s": round(duration, 3), "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "media_deadline_misses": session.media.deadline_misses,
             "playout_underruns": session.playout.underruns,
         })
-        call = getattr(session, "sip_call", None)
+        call = info.sip_call
         if call is not None:
             record["rtp"] = call.rtp_stats()
         self.metrics.playout_underruns.inc(session.playout.underruns)
@@ -564,25 +513,8 @@ class AgentServer:
     def _write_record(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True)
         log.info("call {call_id} record {record}", call_id=record["call_id"], record=line)
-        path = self.config.call_records
-        if not path:
-            return
-        if not path.endswith(".jsonl"):
-            # A directory: one file per day (UTC), and per worker under `serve --workers N`
-            # (whole lines from several processes must never interleave).
-            name = time.strftime("calls-%Y-%m-%d", time.gmtime())
-            if self.worker_id is not None:
-                name += f".w{self.worker_id}"
-            path = os.path.join(path, name + ".jsonl")
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:
-            log.error("call {call_id} record not written to {path}: {err}", call_id=record["call_id"],
-                      path=path, err=e)
+        if self.config.call_records:
+            append_record(line, record["call_id"], self.config.call_records, self.worker_id)
 
     def _on_failover(self, call_id: str, event: Any) -> None:
         log.warn("call {call_id} speech failover: {event}", call_id=call_id, event=event)
@@ -600,125 +532,6 @@ class AgentServer:
         log.info("registration: {code} {reason} (expires in {exp} s)", code=code, reason=reason, exp=expiration)
 
 
-def _flow_needs(dialplan: Dialplan, flow: str) -> tuple[tuple[str, ...], bool]:
-    """(pinned model versions, needs a dialogue model) of *flow*."""
-    pinned: tuple[str, ...] = ()
-    try:
-        model = dialplan.flow(flow).settings.asr_model
-    except (KeyError, AttributeError):
-        model = None
-    if model:
-        pinned = (f"asr:{model}",)
-    needs = getattr(dialplan, "needs_model", None)
-    return pinned, bool(needs(flow)) if callable(needs) else False
-
-
-def _source_ip(request: SipRequest) -> str | None:
-    """The caller's address from the top Via (received= when a proxy or NAT rewrote it)."""
-    via = request.header("via") or ""
-    m = re.search(r"received=([0-9a-fA-F.:]+)", via)
-    if m:
-        return m.group(1)
-    m = re.search(r"SIP/2\.0/\w+\s+\[?([0-9a-fA-F.:]+?)\]?(?::\d+)?(?:;|\s|$)", via)
-    return m.group(1) if m else None
-
-
-class _Control:
-    def __init__(self, call: SipCall, server: AgentServer) -> None:
-        self._call = call
-        self._server = server
-        self.leg: SipCall | None = None
-
-    def hangup(self) -> None:
-        self._call.hangup()
-        if self.leg is not None:
-            self.leg.hangup()
-
-    def transfer(self, target_uri: str) -> bool:
-        region = getattr(self._call, "region", "")
-        return self._call.transfer(target_uri, (("X-OpenClaw-Region", region),) if region else ())
-
-    def bridge(self, target_uri: str, timeout_ms: int, on_result: Any) -> None:
-        """Dial *target_uri* and, once it answers, connect the caller's audio to it."""
-        stack = self._server.stack
-        reactor = self._server.reactor
-        if stack is None:
-            on_result(False, "SIP stack stopped")
-            return
-        state = {"reported": False}
-
-        def report(ok: bool, reason: str) -> None:
-            if not state["reported"]:
-                state["reported"] = True
-                on_result(ok, reason)
-
-        try:
-            headers = [("X-OpenClaw-Transferred-From", self._call.sip_call_id)]
-            region = getattr(self._call, "region", "")
-            if region:
-                headers.append(("X-OpenClaw-Region", region))
-            leg = stack.make_call(target_uri, tuple(headers))
-        except Exception as e:  # noqa: BLE001 -- pjsua2 raises its own Error type
-            report(False, f"cannot dial {target_uri}: {e}")
-            return
-        self.leg = leg
-
-        def no_answer() -> None:
-            if not leg.confirmed:
-                leg.hangup()
-                report(False, "no_answer")
-
-        timer = reactor.callLater(timeout_ms / 1000.0, no_answer)
-
-        def answered() -> None:
-            if timer.active():
-                timer.cancel()
-            if self._call.disconnected:
-                leg.hangup()
-                return
-            if self._call.bridge_to(leg):
-                report(True, "")
-            else:
-                leg.hangup()
-                report(False, "no media on the transfer target")
-
-        def leg_ended(code: int, reason: str) -> None:
-            if timer.active():
-                timer.cancel()
-            if not leg.confirmed:
-                report(False, f"{code} {reason}".strip())
-            elif not self._call.disconnected:
-                self._call.hangup()  # the target hung up: end the caller's leg too
-
-        leg.callbacks.on_confirmed = answered
-        leg.callbacks.on_disconnected = leg_ended
-
-
-class _Health(Resource):
-    isLeaf = True
-
-    def __init__(self, server: AgentServer) -> None:
-        super().__init__()
-        self._server = server
-
-    def render_GET(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
-        s = self._server
-        ok = s.ready and not s.stopping and not s.draining
-        status = "ok" if ok else ("stopping" if s.stopping else "draining" if s.draining else "starting")
-        body = {
-            "status": status,
-            "worker": s.worker_id,
-            "pid": os.getpid(),
-            "active_calls": len(s.sessions),
-            "capacity": s.capacity,
-            "speech_backend": s.speech_uri,
-            "prompts_cached": len(s.prompts),
-        }
-        request.setResponseCode(200 if ok else 503)
-        request.setHeader(b"content-type", b"application/json")
-        return json.dumps(body).encode()
-
-
 def stop_reactor(reactor: Any) -> None:
     """Stop the reactor unless it is already stopping (a second signal must not raise)."""
     from twisted.internet.error import ReactorNotRunning
@@ -727,34 +540,6 @@ def stop_reactor(reactor: Any) -> None:
         reactor.stop()
     except ReactorNotRunning:
         pass
-
-
-class _Admin(Resource):
-    """``POST /admin/drain`` (from loopback only): drain this process; see docs/scaling.md."""
-
-    isLeaf = True
-
-    def __init__(self, server: AgentServer) -> None:
-        super().__init__()
-        self._server = server
-
-    def render_POST(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
-        request.setHeader(b"content-type", b"application/json")
-        peer = getattr(request.getClientAddress(), "host", "")
-        if peer not in ("127.0.0.1", "::1") and not str(peer).startswith("127."):
-            request.setResponseCode(403)
-            return b'{"error": "admin commands are accepted from loopback only"}\n'
-        action = request.postpath[0].decode() if request.postpath else ""
-        s = self._server
-        if action == "drain":
-            started = s.drain(s.drain_timeout_s)
-        elif action == "end-calls":
-            started = True
-            s.end_calls_politely()
-        else:
-            request.setResponseCode(404)
-            return b'{"error": "unknown admin command; expected drain or end-calls"}\n'
-        return json.dumps({"action": action, "started": started, "active_calls": len(s.sessions)}).encode() + b"\n"
 
 
 def install_signal_handlers(reactor: Any, server: AgentServer) -> None:

@@ -1,0 +1,80 @@
+"""The server's own web resources: ``/healthz`` and ``/admin`` (next to ``/metrics`` and ``/regions``)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Protocol
+
+from twisted.web.resource import Resource
+
+
+class ServerState(Protocol):
+    """What the resources read of the server and ask it to do."""
+
+    ready: bool
+    stopping: bool
+    draining: bool
+    worker_id: int | None
+    capacity: int
+    speech_uri: str
+    drain_timeout_s: float | None
+
+    @property
+    def sessions(self) -> dict[str, Any]: ...
+    @property
+    def prompts(self) -> Any: ...
+    def drain(self, timeout_s: float | None = None) -> bool: ...
+    def end_calls_politely(self) -> None: ...
+
+
+class Health(Resource):
+    isLeaf = True
+
+    def __init__(self, server: ServerState) -> None:
+        super().__init__()
+        self._server = server
+
+    def render_GET(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
+        s = self._server
+        ok = s.ready and not s.stopping and not s.draining
+        status = "ok" if ok else ("stopping" if s.stopping else "draining" if s.draining else "starting")
+        body = {
+            "status": status,
+            "worker": s.worker_id,
+            "pid": os.getpid(),
+            "active_calls": len(s.sessions),
+            "capacity": s.capacity,
+            "speech_backend": s.speech_uri,
+            "prompts_cached": len(s.prompts),
+        }
+        request.setResponseCode(200 if ok else 503)
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps(body).encode()
+
+
+class Admin(Resource):
+    """``POST /admin/drain`` (from loopback only): drain this process; see docs/scaling.md."""
+
+    isLeaf = True
+
+    def __init__(self, server: ServerState) -> None:
+        super().__init__()
+        self._server = server
+
+    def render_POST(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
+        request.setHeader(b"content-type", b"application/json")
+        peer = getattr(request.getClientAddress(), "host", "")
+        if peer not in ("127.0.0.1", "::1") and not str(peer).startswith("127."):
+            request.setResponseCode(403)
+            return b'{"error": "admin commands are accepted from loopback only"}\n'
+        action = request.postpath[0].decode() if request.postpath else ""
+        s = self._server
+        if action == "drain":
+            started = s.drain(s.drain_timeout_s)
+        elif action == "end-calls":
+            started = True
+            s.end_calls_politely()
+        else:
+            request.setResponseCode(404)
+            return b'{"error": "unknown admin command; expected drain or end-calls"}\n'
+        return json.dumps({"action": action, "started": started, "active_calls": len(s.sessions)}).encode() + b"\n"
