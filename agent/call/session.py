@@ -36,11 +36,11 @@ from agent.call.pipeline import PERIODIC_VOICE, SIBILANT_DB, MediaPipeline
 from agent.call.ports import CallControl, PromptCache, Reactor, cancel
 from agent.call.record import CallInfo, CallOutcome, Turn, call_record
 from agent.call.recording import Recorder
+from agent.call.steps import ExternalSteps
 from agent.call.reply import PromptPlayer, Reply
 from agent.call.turns import Speculation, TurnTaker
 from agent.dialplan.engine import (
     Action, AskModel, CallWebhook, DialogueSession, Hangup, Listen, Record, Say, Transfer, WebhookRequest,
-    WebhookResult,
 )
 from agent.speech.api import RecognitionOptions, RecognitionStream, Speech
 from media.convert import StreamResampler
@@ -93,8 +93,6 @@ class CallSession:
         self._metrics = metrics
         self.settings = settings or SessionSettings()
         self._on_ended = on_ended
-        self._webhooks = webhooks
-        self._model = model
         self.log_fields = {"call_id": call_id}
         rate_hz = self.settings.sample_rate_hz
         self.playout = PlayoutBuffer(on_event=self._playout_event_from_any_thread, monotonic=reactor.seconds,
@@ -110,6 +108,9 @@ class CallSession:
                                     on_end_of_turn=self._on_end_of_turn, on_no_input=self._no_input)
         self.barge = BargeController(reactor, self.media, self.playout, self.transcripts, self.settings.barge_in,
                                      _BargeHooks(self), metrics, self.log_fields)
+        self.steps = ExternalSteps(reactor, control, lambda: self.dialogue, webhooks, model, metrics,
+                                   self.log_fields, is_current=self._is_current, finish=self._finish_step,
+                                   failed_at_once=self._step_failed_at_once, on_bridged=self._on_bridged)
         self.recorder = Recorder(reactor, self.media, self.playout, recordings_dir, rate_hz, self.log_fields,
                                  on_done=self._record_done)
         #: prompt audio synthesised ahead for the reply being said, by prompt text
@@ -134,7 +135,6 @@ class CallSession:
         self.end_reason = ""
         self.started_at = reactor.seconds()
         self.barge_ins = 0
-        self.transfer_target: str | None = None
         #: the codec the call's media runs on (the server sets it when media is active)
         self.codec = ""
         self._max_duration_timer: IDelayedCall | None = None
@@ -147,6 +147,10 @@ class CallSession:
     @property
     def cut_ins(self) -> int:
         return self.barge.cut_ins
+
+    @property
+    def transfer_target(self) -> str | None:
+        return self.steps.transfer_target
 
     @property
     def recordings(self) -> list[str]:
@@ -213,20 +217,8 @@ class CallSession:
         self._run(self.dialogue.on_dtmf(digit))
 
     def on_transfer_status(self, code: int, reason: str, final: bool) -> None:
-        if self.ended or not isinstance(self._current, Transfer):
-            return
-        log.info("call {call_id} transfer progress {code} {reason}", code=code, reason=reason, **self.log_fields)
-        if not final and code < 300:
-            return
-        self._current = None
-        if 200 <= code < 300:
-            if self._metrics:
-                self._metrics.transfers.labels("succeeded").inc()
-            self._run(self.dialogue.on_transfer_succeeded())
-        else:
-            if self._metrics:
-                self._metrics.transfers.labels("failed").inc()
-            self._run(self.dialogue.on_transfer_failed(f"{code} {reason}"))
+        if not self.ended and isinstance(self._current, Transfer):
+            self.steps.on_transfer_status(self._current, code, reason, final)
 
     # -- recognition ----------------------------------------------------------
     def _open_recognition(self) -> None:
@@ -442,13 +434,13 @@ class CallSession:
             if isinstance(action, Say):
                 self._say(action)
             elif isinstance(action, CallWebhook):
-                self._start_webhook(action)
+                self.steps.start_webhook(action)
             elif isinstance(action, Record):
                 self.recorder.start(action)
             elif isinstance(action, AskModel):
-                self._start_model(action)
+                self.steps.start_model(action)
             elif isinstance(action, Transfer):
-                self._start_transfer(action)
+                self.steps.start_transfer(action)
 
     def _say(self, say: Say) -> None:
         self._reply = self.speaker.say(say, self._prepared.pop(say.text, None))
@@ -493,84 +485,25 @@ class CallSession:
                 self._current = None
             self._advance()
 
-    # -- webhooks, recordings, model, transfers, call limit -------------------------
-    def _start_webhook(self, action: CallWebhook) -> None:
-        if self._webhooks is None:
-            self._reactor.callLater(0, self._webhook_done, WebhookResult(ok=False, reason="no webhook client"), action)
-            return
-        log.info("call {call_id} webhook {method} {url}", method=action.request.method, url=action.request.url,
-                 **self.log_fields)
-        d = self._webhooks(action.request)
-        d.addErrback(lambda f: WebhookResult(ok=False, reason=f.getErrorMessage()))
-        d.addCallback(self._webhook_done, action)
-
-    def _webhook_done(self, result: WebhookResult, action: CallWebhook) -> None:
-        if self.ended or self._current is not action:
-            return
-        log.info("call {call_id} webhook {step}: {outcome}", step=action.request.step,
-                 outcome="ok" if result.ok else f"failed ({result.reason})", **self.log_fields)
-        self._current = None
-        self._run(self.dialogue.on_webhook_result(result))
-
-    def _start_model(self, action: AskModel) -> None:
-        if self._model is None:
-            self._current = None
-            self._pending.extend(self.dialogue.on_model_failed("no dialogue model configured"))
-            return
-        d = self._model(action)
-
-        def reply(text: str) -> None:
-            if not self.ended and self._current is action:
-                self._current = None
-                self._run(self.dialogue.on_model_reply(text))
-
-        def failed(failure: Any) -> None:
-            if not self.ended and self._current is action:
-                self._current = None
-                self._run(self.dialogue.on_model_failed(failure.getErrorMessage()))
-
-        d.addCallbacks(reply, failed)
-
+    # -- steps, call limit ----------------------------------------------------------
     def _record_done(self, path: str, duration_ms: int, error: str) -> None:
-        self._current = None
-        if error:
-            self._run(self.dialogue.on_record_failed(error))
-        else:
-            self._run(self.dialogue.on_record_done(path, duration_ms))
+        self._finish_step(self.dialogue.on_record_failed(error) if error
+                          else self.dialogue.on_record_done(path, duration_ms))
 
-    def _start_transfer(self, action: Transfer) -> None:
-        self.transfer_target = action.target_uri
-        if action.mode == "bridged":
-            log.info("call {call_id} bridging to {uri}", uri=action.target_uri, **self.log_fields)
-            bridge = getattr(self.control, "bridge", None)
-            if bridge is None:
-                self._current = None
-                self._pending.extend(self.dialogue.on_transfer_failed("bridged transfer not supported"))
-            else:
-                bridge(action.target_uri, action.timeout_ms,
-                       lambda ok, reason, a=action: self._on_bridge_result(a, ok, reason))
-            return
-        log.info("call {call_id} transferring to {uri}", uri=action.target_uri, **self.log_fields)
-        if not self.control.transfer(action.target_uri):
-            self._current = None
-            if self._metrics:
-                self._metrics.transfers.labels("failed").inc()
-            self._pending.extend(self.dialogue.on_transfer_failed("REFER could not be sent"))
+    def _is_current(self, action: Action) -> bool:
+        return not self.ended and self._current is action
 
-    def _on_bridge_result(self, action: Transfer, ok: bool, reason: str) -> None:
-        if self.ended or self._current is not action:
-            return
-        log.info("call {call_id} bridged transfer: {outcome}", outcome="connected" if ok else reason,
-                 **self.log_fields)
+    def _finish_step(self, actions: list[Action]) -> None:
         self._current = None
-        if self._metrics:
-            self._metrics.transfers.labels("succeeded" if ok else "failed").inc()
-        if ok:
-            # The caller now talks to the target; the agent stops listening and speaking.
-            self.media.asr = None
-            self._run(self.dialogue.on_transfer_succeeded())
-        else:
-            self._run(self.dialogue.on_transfer_failed(reason))
+        self._run(actions)
+
+    def _step_failed_at_once(self, actions: list[Action]) -> None:
+        self._current = None
+        self._pending.extend(actions)
+
+    def _on_bridged(self) -> None:
+        # The caller now talks to the target; the agent stops listening and speaking.
+        self.media.asr = None
 
     def _call_timeout(self) -> None:
         self._max_duration_timer = None

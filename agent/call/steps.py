@@ -1,0 +1,117 @@
+"""Dialplan steps that wait on something outside the call: a webhook, the dialogue model, a transfer.
+
+Each one ends with the dialogue's next actions, handed to the session through *finish* (once
+the session confirms with *is_current* that the step is still what it is doing) or, when it
+fails before it could start, through *failed_at_once* (the session is then still working
+through its queue).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from twisted.logger import Logger
+
+from agent.app.metrics import AgentMetrics
+from agent.call.ports import CallControl, Reactor
+from agent.dialplan.engine import Action, AskModel, CallWebhook, DialogueSession, Transfer, WebhookRequest, WebhookResult
+
+log = Logger(namespace="openclaw.session")
+
+
+class ExternalSteps:
+    """Starts webhook, model and transfer steps and turns their outcomes into the dialogue's next actions."""
+
+    def __init__(self, reactor: Reactor, control: CallControl, dialogue: Callable[[], DialogueSession],
+                 webhooks: Callable[[WebhookRequest], Any] | None, model: Callable[[AskModel], Any] | None,
+                 metrics: AgentMetrics | None, log_fields: dict[str, str], *,
+                 is_current: Callable[[Action], bool], finish: Callable[[list[Action]], None],
+                 failed_at_once: Callable[[list[Action]], None], on_bridged: Callable[[], None]) -> None:
+        """*on_bridged*: the caller now talks to a bridged target (the agent stops listening)."""
+        self._reactor = reactor
+        self._control = control
+        self._dialogue = dialogue
+        self._webhooks = webhooks
+        self._model = model
+        self._metrics = metrics
+        self._log_fields = log_fields
+        self._is_current = is_current
+        self._finish = finish
+        self._failed_at_once = failed_at_once
+        self._on_bridged = on_bridged
+        #: where the call was (last) transferred or bridged to
+        self.transfer_target: str | None = None
+
+    # -- webhooks and the dialogue model ----------------------------------------------
+    def start_webhook(self, action: CallWebhook) -> None:
+        if self._webhooks is None:
+            self._reactor.callLater(0, self._webhook_done, WebhookResult(ok=False, reason="no webhook client"), action)
+            return
+        log.info("call {call_id} webhook {method} {url}", method=action.request.method, url=action.request.url,
+                 **self._log_fields)
+        d = self._webhooks(action.request)
+        d.addErrback(lambda f: WebhookResult(ok=False, reason=f.getErrorMessage()))
+        d.addCallback(self._webhook_done, action)
+
+    def _webhook_done(self, result: WebhookResult, action: CallWebhook) -> None:
+        if not self._is_current(action):
+            return
+        log.info("call {call_id} webhook {step}: {outcome}", step=action.request.step,
+                 outcome="ok" if result.ok else f"failed ({result.reason})", **self._log_fields)
+        self._finish(self._dialogue().on_webhook_result(result))
+
+    def start_model(self, action: AskModel) -> None:
+        if self._model is None:
+            self._failed_at_once(self._dialogue().on_model_failed("no dialogue model configured"))
+            return
+        d = self._model(action)
+
+        def reply(text: str) -> None:
+            if self._is_current(action):
+                self._finish(self._dialogue().on_model_reply(text))
+
+        def failed(failure: Any) -> None:
+            if self._is_current(action):
+                self._finish(self._dialogue().on_model_failed(failure.getErrorMessage()))
+
+        d.addCallbacks(reply, failed)
+
+    # -- transfers ------------------------------------------------------------------------
+    def start_transfer(self, action: Transfer) -> None:
+        self.transfer_target = action.target_uri
+        if action.mode == "bridged":
+            log.info("call {call_id} bridging to {uri}", uri=action.target_uri, **self._log_fields)
+            bridge = getattr(self._control, "bridge", None)
+            if bridge is None:
+                self._failed_at_once(self._dialogue().on_transfer_failed("bridged transfer not supported"))
+            else:
+                bridge(action.target_uri, action.timeout_ms,
+                       lambda ok, reason, a=action: self._on_bridge_result(a, ok, reason))
+            return
+        log.info("call {call_id} transferring to {uri}", uri=action.target_uri, **self._log_fields)
+        if not self._control.transfer(action.target_uri):
+            if self._metrics:
+                self._metrics.transfers.labels("failed").inc()
+            self._failed_at_once(self._dialogue().on_transfer_failed("REFER could not be sent"))
+
+    def on_transfer_status(self, action: Transfer, code: int, reason: str, final: bool) -> None:
+        """Progress of a REFER (*action* is the current step)."""
+        log.info("call {call_id} transfer progress {code} {reason}", code=code, reason=reason, **self._log_fields)
+        if not final and code < 300:
+            return
+        ok = 200 <= code < 300
+        if self._metrics:
+            self._metrics.transfers.labels("succeeded" if ok else "failed").inc()
+        dialogue = self._dialogue()
+        self._finish(dialogue.on_transfer_succeeded() if ok else dialogue.on_transfer_failed(f"{code} {reason}"))
+
+    def _on_bridge_result(self, action: Transfer, ok: bool, reason: str) -> None:
+        if not self._is_current(action):
+            return
+        log.info("call {call_id} bridged transfer: {outcome}", outcome="connected" if ok else reason,
+                 **self._log_fields)
+        if self._metrics:
+            self._metrics.transfers.labels("succeeded" if ok else "failed").inc()
+        if ok:
+            self._on_bridged()
+        dialogue = self._dialogue()
+        self._finish(dialogue.on_transfer_succeeded() if ok else dialogue.on_transfer_failed(reason))
