@@ -1,6 +1,6 @@
 """The pjsua2 adapter: the only module of the project that imports pjsua2.
 
-Threading model (see DESIGN.md, "Platform facts"):
+Threading model (see docs/architecture.md):
 
 * The pjsua2 endpoint runs with no worker threads (``threadCnt = 0``,
   ``mainThreadOnly = True``); :class:`SipStack` polls it from the Twisted
@@ -13,27 +13,28 @@ Threading model (see DESIGN.md, "Platform facts"):
 * pjsua2 aborts the whole process on misuse (a C assertion), so every callback
   checks ids and state before touching pjsua2 and catches all exceptions.
 
-Admission happens before pjsua allocates a call: a small pjsip module (in C
-terms, registered through ctypes) sees each out-of-dialog INVITE first and
-can answer it statelessly (e.g. ``503`` with ``Retry-After`` at capacity, or
-``404`` for an unrouted number). pjsua's own limit (4 calls in the wheel) would
-otherwise answer a stateless ``486``, which proxies do not fail over on.
+Admission happens before pjsua allocates a call: :class:`sip.gate.AdmissionGate`
+(a pjsip module registered through ctypes) sees each out-of-dialog INVITE first and
+can answer it statelessly; :class:`SipStack` parses the request and asks the
+application's :class:`CallHandler`.
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import weakref
-from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable
 
 import pjsua2 as pj
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
+from sip.gate import AdmissionGate, Rejection
 from sip.message import SipRequest, parse_request
-from sip.registration import RegistrationConfig
+
+__all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
+           "SipCall", "SipConfig", "SipStack"]
 
 log = Logger(namespace="openclaw.sip")
 
@@ -45,78 +46,6 @@ CODEC_IDS = {
     "PCMA": "PCMA/8000",
     "G722": "G722/16000",
 }
-
-
-@dataclass(frozen=True)
-class SipConfig:
-    host: str = "0.0.0.0"
-    port: int = 5060
-    public_address: str = ""
-    codecs: tuple[str, ...] = ("PCMU", "PCMA", "G722")
-    clock_rate_hz: int = 16000
-    frame_ms: int = 10
-    jb_init_ms: int = -1
-    jb_min_pre_ms: int = -1
-    jb_max_pre_ms: int = -1
-    jb_max_ms: int = -1
-    user_agent: str = "OpenClaw-Voice"
-    #: user part of this endpoint's own SIP URI (when not registering)
-    user: str = "agent"
-    log_level: int = 1
-    registration: RegistrationConfig | None = None
-    poll_interval_s: float = 0.005
-    #: first RTP port (0: any free port) and how many ports to try from it
-    rtp_port: int = 4000
-    rtp_port_range: int = 200
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A final response that refuses a call before it is created."""
-
-    status: int
-    reason: str
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-class FrameSink(Protocol):
-    """Receives caller audio; called on pjmedia's clock thread. Must not block."""
-
-    def push_frame(self, pcm: bytes) -> None: ...
-
-
-class FrameSource(Protocol):
-    """Supplies agent audio; called on pjmedia's clock thread. Must not block."""
-
-    def pull_frame(self, nbytes: int) -> bytes: ...
-
-
-class CallHandler(Protocol):
-    """What the application implements; everything is called on the reactor thread."""
-
-    def admit(self, request: SipRequest) -> Rejection | None:
-        """Decide on an out-of-dialog INVITE before pjsua allocates a call."""
-
-    def incoming_call(self, call: "SipCall") -> None:
-        """A new call; answer or reject it."""
-
-    def options_status(self, request: SipRequest) -> Rejection | None:
-        """Decide on an out-of-dialog OPTIONS (a load balancer's keepalive).
-
-        None lets pjsua answer ``200 OK``; a :class:`Rejection` (``503`` while
-        draining) is answered statelessly, so the balancer stops sending calls.
-        """
-
-
-@dataclass
-class CallCallbacks:
-    """Per-call hooks the application sets; all run on the reactor thread."""
-
-    on_media_active: Callable[[], None] = lambda: None
-    on_dtmf: Callable[[str], None] = lambda digit: None
-    on_transfer_status: Callable[[int, str, bool], None] = lambda code, reason, final: None
-    on_disconnected: Callable[[int, str], None] = lambda code, reason: None
-    on_confirmed: Callable[[], None] = lambda: None
 
 
 class _MediaPort(pj.AudioMediaPort):
@@ -427,7 +356,7 @@ class SipStack:
         self._all_calls: weakref.WeakSet[SipCall] = weakref.WeakSet()
         self._poller: LoopingCall | None = None
         self._stats_poller: LoopingCall | None = None
-        self._gate: _AdmissionGate | None = None
+        self._gate: AdmissionGate | None = None
         self.bound_port = 0
 
     @property
@@ -469,7 +398,7 @@ class SipStack:
         ep.libStart()
         self._ep = ep
         if self._handler is not None:
-            self._gate = _AdmissionGate(self)
+            self._gate = AdmissionGate(self._admit, self._options)
         self._account = self._create_account()
         self._poller = LoopingCall(self._poll)
         self._poller.clock = self._reactor
@@ -652,162 +581,6 @@ class SipStack:
         if request.method != "INVITE" or request.to_tag:
             return None
         return self._handler.admit(request)
-
-
-class _PjStr(ctypes.Structure):
-    _fields_ = [("ptr", ctypes.c_char_p), ("slen", ctypes.c_ssize_t)]
-
-
-_RX_REQUEST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-
-
-class _PjsipModule(ctypes.Structure):
-    _fields_ = [
-        ("prev", ctypes.c_void_p), ("next", ctypes.c_void_p),
-        ("name", _PjStr), ("id", ctypes.c_int), ("priority", ctypes.c_int),
-        ("load", ctypes.c_void_p), ("start", ctypes.c_void_p),
-        ("stop", ctypes.c_void_p), ("unload", ctypes.c_void_p),
-        ("on_rx_request", _RX_REQUEST), ("on_rx_response", ctypes.c_void_p),
-        ("on_tx_request", ctypes.c_void_p), ("on_tx_response", ctypes.c_void_p),
-        ("on_tsx_state", ctypes.c_void_p),
-    ]
-
-
-class _PjsipHdr(ctypes.Structure):
-    _fields_ = [
-        ("prev", ctypes.c_void_p), ("next", ctypes.c_void_p), ("type", ctypes.c_int),
-        ("name", _PjStr), ("sname", _PjStr), ("vptr", ctypes.c_void_p),
-    ]
-
-
-# Between the dialog layer (32, which consumes in-dialog requests) and
-# pjsua's application module (64, which creates calls).
-_GATE_PRIORITY = 60
-
-
-class _AdmissionGate:
-    """A pjsip module that answers out-of-dialog INVITEs statelessly when refused.
-
-    It also sees out-of-dialog OPTIONS (a load balancer's keepalive probe) and
-    answers ``503`` with ``Retry-After`` while the application drains; otherwise
-    pjsua's own OPTIONS handler answers ``200 OK``.
-    """
-
-    def __init__(self, stack: SipStack) -> None:
-        import pjsua2._pjsua2 as native
-
-        self._stack = stack
-        lib = ctypes.CDLL(native.__file__)
-        self._lib = lib
-        lib.pjsua_get_pjsip_endpt.restype = ctypes.c_void_p
-        lib.pjsip_rx_data_get_info.restype = ctypes.c_void_p
-        lib.pjsip_rx_data_get_info.argtypes = [ctypes.c_void_p]
-        lib.pjsua_pool_create.restype = ctypes.c_void_p
-        lib.pjsua_pool_create.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t]
-        lib.pjsip_generic_string_hdr_create.restype = ctypes.c_void_p
-        lib.pjsip_generic_string_hdr_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(_PjStr), ctypes.POINTER(_PjStr)]
-        lib.pjsip_endpt_respond_stateless.restype = ctypes.c_int
-        lib.pjsip_endpt_respond_stateless.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                                      ctypes.POINTER(_PjStr), ctypes.c_void_p, ctypes.c_void_p]
-        lib.pjsip_endpt_register_module.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        lib.pjsip_endpt_unregister_module.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self._endpt = lib.pjsua_get_pjsip_endpt()
-        self._pool = lib.pjsua_pool_create(b"openclaw-gate", 1024, 1024)
-        self._name = b"mod-openclaw-admission"
-        self._callback = _RX_REQUEST(self._on_rx_request)
-        self._module = _PjsipModule()
-        self._module.name = _PjStr(self._name, len(self._name))
-        self._module.id = -1
-        self._module.priority = _GATE_PRIORITY
-        self._module.on_rx_request = self._callback
-        self._msg_info_offset: int | None = None
-        self._headers: dict[tuple[str, str], int] = {}
-        status = lib.pjsip_endpt_register_module(self._endpt, ctypes.byref(self._module))
-        if status != 0:
-            raise RuntimeError(f"cannot register the admission module (pj_status {status})")
-        self._registered = True
-
-    def unregister(self) -> None:
-        if self._registered:
-            self._lib.pjsip_endpt_unregister_module(self._endpt, ctypes.byref(self._module))
-            self._registered = False
-
-    def _raw_message(self, rdata: int) -> str | None:
-        """The request's text, read through rdata->msg_info (offset found once)."""
-        info = self._lib.pjsip_rx_data_get_info(rdata)
-        if not info:
-            return None
-        ptr_size = ctypes.sizeof(ctypes.c_void_p)
-        if self._msg_info_offset is None:
-            # pjsip_rx_data_get_info() caches its string in msg_info.info, whose
-            # neighbours are msg_buf, len and msg (pjsip/sip_transport.h). The
-            # packet buffer's size is a build option, so find the field by value.
-            for off in range(0, 32768, ptr_size):
-                if ctypes.c_void_p.from_address(rdata + off).value == info:
-                    self._msg_info_offset = off - 3 * ptr_size
-                    break
-            else:
-                return None
-        base = rdata + self._msg_info_offset
-        msg_buf = ctypes.c_void_p.from_address(base).value
-        length = ctypes.c_int.from_address(base + ptr_size).value
-        if not msg_buf or not 0 < length < 65536:
-            return None
-        return ctypes.string_at(msg_buf, length).decode("utf-8", "replace")
-
-    def _on_rx_request(self, rdata: int) -> int:
-        try:
-            info = self._lib.pjsip_rx_data_get_info(rdata)
-            if not info:
-                return 0
-            head = ctypes.string_at(info, 21)
-            if head.startswith(b"Request msg INVITE/"):
-                decide = self._stack._admit
-            elif head.startswith(b"Request msg OPTIONS/"):
-                decide = self._stack._options
-            else:
-                return 0
-            raw = self._raw_message(rdata)
-            if raw is None:
-                return 0
-            rejection = decide(raw)
-            if rejection is None:
-                return 0
-            return self._respond(rdata, rejection)
-        except Exception:
-            log.failure("admission gate failed; letting pjsua handle the request")
-            return 0
-
-    def _respond(self, rdata: int, rejection: Rejection) -> int:
-        head = _PjsipHdr()
-        head.prev = head.next = ctypes.addressof(head)
-        last = ctypes.addressof(head)
-        for name, value in rejection.headers:
-            hdr = self._header(name, value)
-            if not hdr:
-                continue
-            node = _PjsipHdr.from_address(hdr)
-            node.prev, node.next = last, ctypes.addressof(head)
-            _PjsipHdr.from_address(last).next = hdr
-            head.prev = hdr
-            last = hdr
-        reason = rejection.reason.encode()
-        status = self._lib.pjsip_endpt_respond_stateless(
-            self._endpt, rdata, rejection.status, ctypes.byref(_PjStr(reason, len(reason))),
-            ctypes.addressof(head), None)
-        return 1 if status == 0 else 0
-
-    def _header(self, name: str, value: str) -> int:
-        """A pjsip header allocated once per distinct (name, value) from the gate's pool."""
-        key = (name, value)
-        hdr = self._headers.get(key)
-        if hdr is None:
-            n, v = name.encode(), value.encode()
-            hdr = self._lib.pjsip_generic_string_hdr_create(
-                self._pool, ctypes.byref(_PjStr(n, len(n))), ctypes.byref(_PjStr(v, len(v)))) or 0
-            if len(self._headers) < 64:
-                self._headers[key] = hdr
-        return hdr
 
 
 def _add_headers(prm: pj.CallOpParam, headers: tuple[tuple[str, str], ...]) -> None:
