@@ -16,11 +16,10 @@ from agent.dialplan.model import (
     RepromptPolicy,
     Settings,
     Slot,
-    SourceMark,
 )
 from agent.dialplan.templates import Template
 from agent.dialplan.node_reader import NodeReader, is_null
-
+from agent.yamlmarks import Mark
 
 __all__ = ["AskReader"]
 
@@ -29,7 +28,7 @@ class AskReader(NodeReader):
     """Reads ``ask`` steps."""
 
     def _ask_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, next_step: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, next_step: str | None
     ) -> AskStep | None:
         entries = self.mapping(node)
         if entries is None:

@@ -20,10 +20,10 @@ from agent.dialplan.model import (
     NumberPattern,
     Route,
     SayStep,
-    SourceMark,
     Template,
     step_targets,
 )
+from agent.yamlmarks import Mark
 
 __all__ = [
     "Declarations",
@@ -45,7 +45,7 @@ class Reference:
     flow: str
     target: str
     key: str
-    mark: SourceMark
+    mark: Mark
 
 
 @dataclass
@@ -55,17 +55,17 @@ class Declarations:
     routes: list[Route] = field(default_factory=list)
     flows: dict[str, Flow] = field(default_factory=dict)
     references: list[Reference] = field(default_factory=list)
-    route_marks: list[tuple[str, SourceMark]] = field(default_factory=list)
-    flow_refs: list[tuple[str, str, SourceMark]] = field(default_factory=list)
+    route_marks: list[tuple[str, Mark]] = field(default_factory=list)
+    flow_refs: list[tuple[str, str, Mark]] = field(default_factory=list)
     # Names declared, even by flows or steps that had errors (so those errors do not cascade
     # into "unknown step" reports wherever the broken step is referred to).
     declared_flows: set[str] = field(default_factory=set)
     declared_steps: dict[str, set[str]] = field(default_factory=dict)
     variables: set[str] = field(default_factory=set)
     prefixes: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
-    variable_uses: list[tuple[str, SourceMark, str]] = field(default_factory=list)
+    variable_uses: list[tuple[str, Mark, str]] = field(default_factory=list)
     intents: set[str] = field(default_factory=set)
-    intent_uses: list[tuple[str, SourceMark]] = field(default_factory=list)
+    intent_uses: list[tuple[str, Mark]] = field(default_factory=list)
     defaults: list[tuple[str, Template]] = field(default_factory=list)
     had_errors: bool = False
 

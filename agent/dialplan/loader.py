@@ -1,15 +1,12 @@
 """Dialplan files in, :class:`~agent.dialplan.model.Dialplan` out.
 
 Each file is composed and checked against the schema (:mod:`agent.dialplan.validation`); the
-reader below then builds the frozen objects from every part the schema accepted, and checks what
-a schema cannot: settings that apply to whole calls, DTMF keys an ask already uses, slot limits
-that fit the slot's type, safe webhook URLs and recording names, opening hours and time zones,
-templates and conditions that parse. What each file declares and refers to is collected for
-:mod:`agent.dialplan.checks`, which resolves it across files.
-
-Kept whole: one reader per construct of the language, each a few lines, in the schema's order.
+readers (this module for files, settings, routes and flows; :mod:`agent.dialplan.step_reader`
+and :mod:`agent.dialplan.ask_reader` for steps) then build the frozen objects from every part
+the schema accepted and check what a schema cannot: settings that apply to whole calls, time
+zones, number patterns, step ids used twice, ``next`` on steps that never continue. What each
+file declares and refers to is resolved across files by :mod:`agent.dialplan.checks`.
 """
-
 
 from __future__ import annotations
 
@@ -40,13 +37,12 @@ from agent.dialplan.model import (
     Flow,
     Route,
     Settings,
-    SourceMark,
     Step,
 )
 from agent.dialplan.templates import NumberPattern, Template
 from agent.dialplan.validation import compose, load_schema
 from agent.dialplan.step_reader import StepReader
-
+from agent.yamlmarks import Mark
 
 __all__ = ["load_dialplans", "parse_dialplan_texts"]
 
@@ -63,12 +59,12 @@ def load_dialplans(paths: Sequence[str]) -> Dialplan:
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as exc:
-            issues.append(DialplanIssue(SourceMark(name, 1, 1), f"cannot read file: {exc.strerror}"))
+            issues.append(DialplanIssue(Mark(name, 1, 1), f"cannot read file: {exc.strerror}"))
             continue
         try:
             sources.append((name, data.decode("utf-8")))
         except UnicodeDecodeError as exc:
-            issues.append(DialplanIssue(SourceMark(name, 1, 1), f"file is not UTF-8 text: {exc.reason}"))
+            issues.append(DialplanIssue(Mark(name, 1, 1), f"file is not UTF-8 text: {exc.reason}"))
     if issues:
         raise DialplanError(issues)
     return _build(sources)
@@ -133,7 +129,7 @@ def _build(sources: Sequence[tuple[str, str]]) -> Dialplan:
     if sources and not routes and not issues:
         issues.append(
             DialplanIssue(
-                SourceMark(sources[0][0], 1, 1), "no routes: add at least one entry under 'routes'"
+                Mark(sources[0][0], 1, 1), "no routes: add at least one entry under 'routes'"
             )
         )
     if issues:
@@ -152,6 +148,7 @@ def _build(sources: Sequence[tuple[str, str]]) -> Dialplan:
 
 
 _STEP_KINDS = tuple(k for k in load_schema()["$defs"]["step"]["properties"] if k not in ("id", "settings", "next"))
+# Steps that continue to a following step, so a 'next' means something.
 _NEXT_KINDS = ("say", "ask", "set", "branch", "webhook", "hours", "record", "model")
 
 
@@ -179,16 +176,16 @@ class _FileReader(StepReader):
                 if exc.context_mark is not None:
                     message += f" at line {exc.context_mark.line + 1}"
                 message += ")"
-            self.issues.append(DialplanIssue(SourceMark(self.path, line, column), message))
+            self.issues.append(DialplanIssue(Mark(self.path, line, column), message))
             return None
         except yaml.YAMLError as exc:
-            self.issues.append(DialplanIssue(SourceMark(self.path, 1, 1), f"YAML error: {exc}"))
+            self.issues.append(DialplanIssue(Mark(self.path, 1, 1), f"YAML error: {exc}"))
             return None
         root = self.doc.root
         if root is None:
             self.issues.append(
                 DialplanIssue(
-                    SourceMark(self.path, 1, 1),
+                    Mark(self.path, 1, 1),
                     "expected a dialplan (a mapping with keys version, routes, flows), "
                     "found an empty document",
                 )

@@ -122,7 +122,7 @@ SourceMark = Mark
 class DialplanIssue:
     """One problem found while loading a dialplan."""
 
-    mark: SourceMark
+    mark: Mark
     message: str
 
     def __str__(self) -> str:
@@ -190,7 +190,7 @@ class SayStep:
     id: str
     text: Template
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     next: str | None = None
 
 
@@ -206,7 +206,7 @@ class Intent:
     examples: tuple[str, ...]
     dtmf: str | None
     goto: str | None
-    mark: SourceMark
+    mark: Mark
     synonyms: tuple[tuple[str, tuple[str, ...]], ...] = ()
     slots: tuple[tuple[str, str], ...] = ()
 
@@ -284,7 +284,7 @@ class AskStep:
     no_input: RepromptPolicy
     no_match: RepromptPolicy
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     next: str | None = None
     slot: Slot | None = None
     speech: bool = True
@@ -306,7 +306,7 @@ class SetStep:
     id: str
     assignments: tuple[tuple[str, Template], ...]
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     next: str | None = None
 
 
@@ -316,7 +316,7 @@ class BranchCase:
 
     when: Expression
     goto: str
-    mark: SourceMark
+    mark: Mark
 
 
 @dataclass(frozen=True)
@@ -326,7 +326,7 @@ class BranchStep:
     id: str
     cases: tuple[BranchCase, ...]
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     next: str | None = None
 
 
@@ -347,7 +347,7 @@ class WebhookStep:
     fields: tuple[str, ...]
     on_failure: str
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     next: str | None = None
     default_body: bool = True
 
@@ -390,7 +390,7 @@ class HoursStep:
     closed: str
     holiday: str | None
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     next: str | None = None
 
     def status(self, local: _dt.datetime) -> tuple[str, str]:
@@ -417,7 +417,7 @@ class TransferStep:
     to: Template
     on_failure: str | None
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     mode: str = "blind"
     timeout_ms: int = 30_000
 
@@ -432,7 +432,7 @@ class QueueStep:
     announce: Template | None
     on_failure: str | None
     settings: Settings
-    mark: SourceMark
+    mark: Mark
 
 
 @dataclass(frozen=True)
@@ -443,7 +443,7 @@ class GotoStep:
     step: str | None
     flow: str | None
     settings: Settings
-    mark: SourceMark
+    mark: Mark
 
 
 @dataclass(frozen=True)
@@ -452,7 +452,7 @@ class ReturnStep:
 
     id: str
     settings: Settings
-    mark: SourceMark
+    mark: Mark
 
 
 @dataclass(frozen=True)
@@ -462,7 +462,7 @@ class HangupStep:
     id: str
     reason: str
     settings: Settings
-    mark: SourceMark
+    mark: Mark
 
 
 @dataclass(frozen=True)
@@ -478,7 +478,7 @@ class RecordStep:
     save_as: str
     on_failure: str | None
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     next: str | None = None
 
 
@@ -494,7 +494,7 @@ class ModelStep:
     timeout_ms: int
     on_failure: str
     settings: Settings
-    mark: SourceMark
+    mark: Mark
     next: str | None = None
 
 
@@ -511,7 +511,7 @@ class Flow:
     name: str
     settings: Settings
     steps: tuple[Step, ...]
-    mark: SourceMark
+    mark: Mark
     variables: tuple[tuple[str, Template], ...] = ()
     needs_model: bool = False
     _index: Mapping[str, int] = field(init=False, compare=False, repr=False)
@@ -546,7 +546,7 @@ class Route:
     flow: str
     number: NumberPattern | None
     caller: NumberPattern | None
-    mark: SourceMark
+    mark: Mark
     priority: int = DEFAULT_ROUTE_PRIORITY
 
     @property

@@ -21,7 +21,6 @@ from agent.dialplan.model import (
     CONFIG_PREFIX,
     NOW_VARIABLES,
     DialplanIssue,
-    SourceMark,
 )
 from agent.dialplan.templates import (
     Expression,
@@ -31,7 +30,7 @@ from agent.dialplan.templates import (
     parse_template,
 )
 from agent.dialplan.validation import Document
-
+from agent.yamlmarks import Mark
 
 __all__ = ["Entries", "NodeReader", "is_null"]
 
@@ -59,7 +58,7 @@ class NodeReader:
 
     # -- reporting
 
-    def mark(self, node: Node) -> SourceMark:
+    def mark(self, node: Node) -> Mark:
         return self.doc.mark(node)
 
     def error(self, node: Node, message: str) -> None:
@@ -143,7 +142,7 @@ class NodeReader:
             self.result.variable_uses.append((name, self.text_mark(node, offset), what))
         return parsed
 
-    def text_mark(self, node: Node, offset: int) -> SourceMark:
+    def text_mark(self, node: Node, offset: int) -> Mark:
         """Where character *offset* of a scalar's value is, when the source spells it verbatim.
 
         That holds for single-line plain scalars and quoted ones without escapes; otherwise the
@@ -155,7 +154,7 @@ class NodeReader:
             raw = buffer[start.pointer : end.pointer]
             quote = 1 if node.style in ("'", '"') else 0
             if node.style in (None, "'", '"') and raw[quote : len(raw) - quote] == node.value:
-                return SourceMark(self.path, start.line + 1, start.column + 1 + quote + offset)
+                return Mark(self.path, start.line + 1, start.column + 1 + quote + offset)
         return self.mark(node)
 
     def optional(

@@ -30,7 +30,6 @@ from agent.dialplan.model import (
     SayStep,
     SetStep,
     Settings,
-    SourceMark,
     TransferStep,
     WebhookStep,
 )
@@ -45,7 +44,7 @@ from agent.dialplan.templates import (
 )
 from agent.dialplan.node_reader import Entries, is_null
 from agent.dialplan.ask_reader import AskReader
-
+from agent.yamlmarks import Mark
 
 __all__ = ["StepReader"]
 
@@ -64,7 +63,7 @@ class StepReader(AskReader):
     """Reads every step kind (asks through :class:`AskReader`)."""
 
     def _say_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, next_step: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, next_step: str | None
     ) -> SayStep | None:
         if isinstance(node, MappingNode):
             entries = self.mapping(node)
@@ -82,7 +81,7 @@ class StepReader(AskReader):
         return SayStep(step_id, text, settings, mark, next_step) if text is not None else None
 
     def _set_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, next_step: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, next_step: str | None
     ) -> SetStep | None:
         entries = self.mapping(node)
         if entries is None:
@@ -100,7 +99,7 @@ class StepReader(AskReader):
         return SetStep(step_id, tuple(assignments), settings, mark, next_step) if ok else None
 
     def _branch_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, next_step: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, next_step: str | None
     ) -> BranchStep | None:
         items = self.sequence(node)
         if items is None:
@@ -121,7 +120,7 @@ class StepReader(AskReader):
         return BranchStep(step_id, tuple(cases), settings, mark, next_step) if ok else None
 
     def _webhook_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, next_step: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, next_step: str | None
     ) -> WebhookStep | None:
         entries = self.mapping(node)
         if entries is None or any(k not in entries for k in ("url", "save_as", "on_failure")):
@@ -213,7 +212,7 @@ class StepReader(AskReader):
         return self.template(node, "the webhook body")
 
     def _hours_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, next_step: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, next_step: str | None
     ) -> HoursStep | None:
         entries = self.mapping(node)
         if entries is None or "open" not in entries or "closed" not in entries:
@@ -313,7 +312,7 @@ class StepReader(AskReader):
         return Holiday(month, day, year, name)
 
     def _transfer_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, _next: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, _next: str | None
     ) -> TransferStep | None:
         if isinstance(node, ScalarNode):
             target = self.template(node, "'transfer'")
@@ -344,7 +343,7 @@ class StepReader(AskReader):
         )
 
     def _queue_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, _next: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, _next: str | None
     ) -> QueueStep | None:
         entries = self.mapping(node)
         if entries is None or "name" not in entries or "uri" not in entries:
@@ -362,7 +361,7 @@ class StepReader(AskReader):
         return QueueStep(step_id, name, uri, announce, on_failure, settings, mark)
 
     def _goto_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, _next: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, _next: str | None
     ) -> GotoStep | None:
         if isinstance(node, ScalarNode):
             target = self.ref(node, "goto")
@@ -385,12 +384,12 @@ class StepReader(AskReader):
         return GotoStep(step_id, target, flow, settings, mark)
 
     def _return_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, _next: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, _next: str | None
     ) -> ReturnStep | None:
         return ReturnStep(step_id, settings, mark)
 
     def _hangup_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, _next: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, _next: str | None
     ) -> HangupStep | None:
         if is_null(node):
             return HangupStep(step_id, "normal", settings, mark)
@@ -407,7 +406,7 @@ class StepReader(AskReader):
         return HangupStep(step_id, reason, settings, mark)
 
     def _record_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, next_step: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, next_step: str | None
     ) -> RecordStep | None:
         entries = self.mapping(node)
         if entries is None or "max_ms" not in entries:
@@ -461,7 +460,7 @@ class StepReader(AskReader):
         )
 
     def _model_step(
-        self, step_id: str, node: Node, settings: Settings, mark: SourceMark, next_step: str | None
+        self, step_id: str, node: Node, settings: Settings, mark: Mark, next_step: str | None
     ) -> ModelStep | None:
         entries = self.mapping(node)
         if entries is None or "on_failure" not in entries:
