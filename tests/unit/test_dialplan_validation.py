@@ -10,6 +10,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from agent.dialplan.model import (
@@ -679,3 +680,30 @@ def test_schema_validation_reports_line_column_and_expectation(
 ) -> None:
     """The schema check gives each structural problem a position and what was expected."""
     assert validate_text(text) == expected
+
+
+def test_schema_is_a_valid_draft_2020_12_schema() -> None:
+    """dialplans/schema.json itself passes the draft 2020-12 meta-schema."""
+    jsonschema.Draft202012Validator.check_schema(load_schema())
+
+
+def test_yaml_numbers_and_booleans_are_text_where_text_is_expected() -> None:
+    """'dtmf: 1', 'examples: [yes]' and 'id: no' read as the text written, not as 1 or True."""
+    plan = parse_dialplan(textwrap.dedent("""\
+        version: 1
+        routes: [{flow: main}]
+        flows:
+          main:
+            steps:
+              - id: no
+                ask:
+                  prompt: 1.50
+                  intents: {yes: {examples: [yes, on], dtmf: 1}}
+        """))
+    ask = plan.flow("main").step("no")
+    assert ask.prompt is not None and ask.prompt.source == "1.50"
+    assert [(i.name, i.examples, i.dtmf) for i in ask.intents] == [("yes", ("yes", "on"), "1")]
+    assert validate_text("version: 1\nflows: {m: {steps: [{say: x, next: yes}]}}\n") == []
+    assert validate_text("version: 1\nsettings: {no_input_timeout_ms: yes}\n") == [
+        (2, 33, "expected 'no_input_timeout_ms' (an integer), found a boolean 'yes'")
+    ]
