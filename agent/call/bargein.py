@@ -123,7 +123,7 @@ class BargeIn:
     """One caller voice over an interruptible prompt, from its onset (the prompt paused) to a verdict.
 
     *is_request* says whether words make a request of the current question.
-    Times are seconds on one monotonic clock.
+    Times are seconds on the call's one clock (the reactor's ``seconds()``).
     """
 
     def __init__(self, started_at: float, is_request: Callable[[str], bool],
