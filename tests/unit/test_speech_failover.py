@@ -592,3 +592,27 @@ def test_a_suspected_stall_with_no_other_region_keeps_the_stream() -> None:
     w.alive.add("a")
     a.final("check my balance", 0.8, 0.8)
     assert w.finals == ["check my balance"]
+
+
+def test_stall_checks_run_on_the_reactor_clock_and_survive_a_failing_check() -> None:
+    """The checks tick every check_interval_ms of the injected clock (none before the first
+    interval, none after close), and one check that raises does not end the checking."""
+    w = World()
+    stream = w.open()
+    ticks: list[float] = []
+    region_down = w.speech._region_down
+
+    def checked_region(address: str, now: float) -> bool:  # the first thing every check asks
+        ticks.append(now)
+        if len(ticks) == 1:
+            raise RuntimeError("a check failed")
+        return region_down(address, now)
+
+    w.speech._region_down = checked_region  # type: ignore[method-assign]
+    w.run(0.02)
+    assert ticks == []
+    w.run(0.1)
+    assert len(ticks) == 4  # at 25, 50, 75 and 100 ms
+    stream.close()
+    w.run(0.1)
+    assert len(ticks) == 4
