@@ -147,7 +147,9 @@ def _build(sources: Sequence[tuple[str, str]]) -> Dialplan:
     )
 
 
-_STEP_KINDS = tuple(k for k in load_schema()["$defs"]["step"]["properties"] if k not in ("id", "settings", "next"))
+_STEP_KINDS = tuple(
+    k for k in load_schema()["$defs"]["step"]["properties"] if k not in ("id", "settings", "next")
+)
 # Steps that continue to a following step, so a 'next' means something.
 _NEXT_KINDS = ("say", "ask", "set", "branch", "webhook", "hours", "record", "model")
 

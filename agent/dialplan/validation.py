@@ -120,8 +120,7 @@ def compose(path: str, text: str) -> Document:
     doc.data = _convert(doc.root, (), doc, constructor, late)
     for where, key_node, message in late:
         doc.problems.append((doc.mark(key_node), message.format(what=_what(where, _schema_at(where)))))
-    validator = _Validator(load_schema())
-    for error in validator.iter_errors(doc.data):
+    for error in _validator().iter_errors(doc.data):
         _report(error, doc)
     return doc
 
@@ -139,12 +138,14 @@ def _convert(node: Node, path: Path, doc: Document, constructor: SafeConstructor
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, ScalarNode) or key_node.tag not in _STRINGLIKE_TAGS:
-                late.append((path, key_node, f"expected a name as key in {{what}}, found {describe(key_node)}"))
+                message = f"expected a name as key in {{what}}, found {describe(key_node)}"
+                late.append((path, key_node, message))
                 continue
             key = key_node.value
             if key in out:
                 first = doc.keys[path + (key,)].start_mark.line + 1
-                late.append((path, key_node, f"duplicate key {key!r} in {{what}}; first given at line {first}"))
+                message = f"duplicate key {key!r} in {{what}}; first given at line {first}"
+                late.append((path, key_node, message))
                 continue
             doc.keys[path + (key,)] = key_node
             out[key] = _convert(value_node, path + (key,), doc, constructor, late)
@@ -216,6 +217,11 @@ _Validator = jsonschema.validators.extend(
         {"string": _is_string, "boolean": _is_boolean, "integer": _is_integer, "number": _is_number}
     ),
 )
+
+
+@functools.lru_cache(maxsize=1)
+def _validator() -> Any:
+    return _Validator(load_schema())
 
 
 # --------------------------------------------------------------------------- messages
@@ -305,8 +311,11 @@ def _report(error: ValidationError, doc: Document) -> None:
         doc.bad.discard(id(node))
         doc.bad.update({id(key_node), id(doc.nodes.get(path + (error.instance,)))})
         detail = schema.get("description", f"the pattern {schema.get('pattern')}")
-        title = schema.get("title", "a name") + (f" in '{path[-1]}'" if path and isinstance(path[-1], str) else "")
-        doc.problems.append((doc.mark(key_node), f"expected {title} to be {detail}, found {error.instance!r}"))
+        title = schema.get("title", "a name")
+        if path and isinstance(path[-1], str):
+            title += f" in '{path[-1]}'"
+        message = f"expected {title} to be {detail}, found {error.instance!r}"
+        doc.problems.append((doc.mark(key_node), message))
         return
     if kind == "additionalProperties":
         allowed = list(schema.get("properties", {}))
@@ -368,9 +377,8 @@ def _alternatives(error: ValidationError, doc: Document, what: str) -> None:
         else:
             doc.problems.append((doc.mark(node), f"expected {what} to have one of: {', '.join(keys)}"))
         return
-    validator = _Validator(load_schema())
     fitting = [i for i, b in enumerate(branches)
-               if "type" not in b or any(validator.is_type(error.instance, t)
+               if "type" not in b or any(_validator().is_type(error.instance, t)
                                          for t in ([b["type"]] if isinstance(b["type"], str) else b["type"]))]
     if fitting:
         by_branch = {i: [e for e in error.context if e.relative_schema_path[0] == i] for i in fitting}
