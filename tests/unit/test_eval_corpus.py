@@ -155,5 +155,5 @@ def test_pause_is_exact_after_trimming() -> None:
     start = pad + len(first)
     assert pcm[start:start + pause] == bytes(pause)
     assert pcm[start - 2:start] != b"\x00\x00" and pcm[start + pause:start + pause + 2] != b"\x00\x00"
-    assert spans == [(start // 32, start // 32 + 450)]
+    assert spans == [(start / 32, start / 32 + 450)]
     assert len(m.to_wire(pcm)) == len(pcm) // 4
