@@ -7,6 +7,7 @@ from functools import lru_cache
 from agent.dialplan.actions import Listen
 from agent.dialplan.intents import IntentMatch, IntentMatcher, expand_synonyms
 from agent.dialplan.model import AskStep, Intent
+from agent.dialplan.semantic import shared_encoder
 from agent.dialplan.slots import DIGIT_WORDS, strip_slot_words
 
 __all__ = ["DTMF_KEYS", "ask_phrases", "intent_named", "listen_for", "match_intent"]
@@ -32,8 +33,9 @@ def ask_phrases(ask: AskStep) -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 @lru_cache(maxsize=256)
 def _matcher(ask: AskStep) -> IntentMatcher:
-    """The intent matcher of an ask; DTMF-bound intents also accept the spoken digit."""
-    return IntentMatcher(dict(ask_phrases(ask)))
+    """The intent matcher of an ask (words and meaning); DTMF-bound intents also accept the
+    spoken digit. The first one built loads the shared sentence encoder."""
+    return IntentMatcher(dict(ask_phrases(ask)), encoder=shared_encoder())
 
 
 def match_intent(ask: AskStep, text: str) -> IntentMatch | None:

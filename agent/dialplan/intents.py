@@ -25,6 +25,21 @@ How a transcript is scored against one example phrase:
 
 The intent's score is that of its best example; the best intent wins if its score reaches the
 matcher's threshold. Ties go to the intent listed first.
+
+Given a sentence encoder, the matcher also compares meanings (:mod:`agent.dialplan.semantic`):
+each intent's best cosine between the transcript and its phrases (own examples and the common
+requests they anchor), the runner-up's, and the best cosine with background requests that no
+intent covers. :meth:`IntentMatcher.match` then decides:
+
+* a lexical match of at least :data:`LEXICAL_SURE_SCORE` stands; a weaker one (still above the
+  threshold) stands unless another intent is clearly nearer in meaning
+  (:data:`LEXICAL_VETO_COSINE`);
+* otherwise the intent nearest in meaning is taken when its cosine reaches
+  :data:`SEMANTIC_MIN_COSINE`, leads the runner-up by :data:`SEMANTIC_MIN_MARGIN` and is not
+  clearly beaten by a background request (:data:`BACKGROUND_MARGIN_COSINE`); its score is
+  mapped into [:data:`SEMANTIC_SCORE_FLOOR`, :data:`SEMANTIC_SCORE_CEILING`], below the 0.9 that
+  marks words as a complete request, so only the dialplan's own words can end a turn early;
+* else nothing matches: the request is out of scope.
 """
 
 from __future__ import annotations
@@ -33,10 +48,13 @@ import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
 from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, slot_phrases
+
+if TYPE_CHECKING:
+    from agent.dialplan.semantic import SemanticScores, SentenceEncoder
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -66,6 +84,25 @@ WEAK_WORD_WEIGHT = 0.35
 """Weight of generic verbs and fillers relative to a keyword."""
 
 _COVERED_MIN_SIMILARITY = 0.6
+
+LEXICAL_SURE_SCORE = 0.9
+"""A lexical score this high is the dialplan's own words: meaning cannot overrule it."""
+
+LEXICAL_VETO_COSINE = 0.1
+"""A weaker lexical match yields to an intent this much nearer in meaning."""
+
+SEMANTIC_MIN_COSINE = 0.33
+"""Least cosine between a transcript and an intent's phrases for a match by meaning."""
+
+SEMANTIC_MIN_MARGIN = 0.02
+"""Least lead in cosine of the nearest intent over the runner-up."""
+
+BACKGROUND_MARGIN_COSINE = 0.06
+"""A background request nearer than the best intent by more than this refuses the transcript."""
+
+SEMANTIC_SCORE_FLOOR = 0.7
+SEMANTIC_SCORE_CEILING = 0.85
+"""Scores of matches by meaning: from the floor at SEMANTIC_MIN_COSINE to the ceiling at 1."""
 
 STOP_WORDS = frozenset("""
     a an the and or but so of to for in on at by with from about into as
@@ -224,10 +261,18 @@ class IntentMatcher:
     """
 
     def __init__(
-        self, intents: Mapping[str, Sequence[str]], threshold: float = DEFAULT_THRESHOLD
+        self,
+        intents: Mapping[str, Sequence[str]],
+        threshold: float = DEFAULT_THRESHOLD,
+        encoder: SentenceEncoder | None = None,
     ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+        self._semantic = None
+        if encoder is not None and intents:
+            from agent.dialplan.semantic import SemanticIndex
+
+            self._semantic = SemanticIndex(intents, encoder)
         self.threshold = threshold
         self.intent_names: tuple[str, ...] = tuple(intents)
         tokenised: list[tuple[str, str, list[str]]] = []
@@ -251,12 +296,36 @@ class IntentMatcher:
     def match(self, transcript: str) -> IntentMatch | None:
         """Return the best intent for *transcript*, or None when no intent is convincing."""
         ranked = self.scores(transcript)
-        if ranked and ranked[0].score >= self.threshold:
-            return ranked[0]
-        return None
+        lexical = ranked[0] if ranked and ranked[0].score >= self.threshold else None
+        if self._semantic is None or not transcript.strip():
+            return lexical
+        meaning = self._semantic.compare(transcript)
+        if lexical is not None and (
+            lexical.score >= LEXICAL_SURE_SCORE
+            or meaning.by_intent[lexical.name] >= max(meaning.by_intent.values()) - LEXICAL_VETO_COSINE
+        ):
+            return lexical
+        return self._match_by_meaning(meaning)
+
+    def _match_by_meaning(self, meaning: SemanticScores) -> IntentMatch | None:
+        order = {name: i for i, name in enumerate(self.intent_names)}
+        ranked = sorted(meaning.by_intent.items(), key=lambda item: (-item[1], order[item[0]]))
+        name, cosine = ranked[0]
+        runner_up = ranked[1][1] if len(ranked) > 1 else -1.0
+        if (
+            cosine < SEMANTIC_MIN_COSINE
+            or cosine - runner_up < SEMANTIC_MIN_MARGIN
+            or meaning.background - cosine > BACKGROUND_MARGIN_COSINE
+        ):
+            return None
+        strength = min(1.0, (cosine - SEMANTIC_MIN_COSINE) / (1.0 - SEMANTIC_MIN_COSINE))
+        score = SEMANTIC_SCORE_FLOOR + (SEMANTIC_SCORE_CEILING - SEMANTIC_SCORE_FLOOR) * strength
+        if score < self.threshold:
+            return None
+        return IntentMatch(name, round(score, 4), meaning.nearest[name])
 
     def scores(self, transcript: str) -> list[IntentMatch]:
-        """Score every intent that has any keyword evidence, best first (for diagnostics)."""
+        """Lexical score of every intent that has any keyword evidence, best first."""
         raw = normalize(transcript)
         content = [t for t in raw if t not in STOP_WORDS]
         if not content:

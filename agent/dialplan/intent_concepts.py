@@ -1,0 +1,274 @@
+"""Everyday ways of saying what a caller commonly asks a contact centre for.
+
+A dialplan's intent lists a handful of examples ("agent", "talk to a person"); callers say the same
+thing in many other ways ("could you put me through to someone"). A :class:`Concept` is a common
+request with phrasings of it; an intent *adopts* a concept when one of the intent's own examples
+is one of the concept's anchors (an intent with the example "agent" adopts the human-agent
+concept), and the concept's phrases then count as that intent's examples for the semantic
+comparison (not for the lexical one, which keeps to the dialplan's words).
+
+:data:`BACKGROUND` lists requests that an intent does not cover unless its examples say so: a
+transcript nearer to one of them than to any intent is refused as out of scope. A background
+phrase that is close to one of an ask's own examples is left out for that ask (see
+:mod:`agent.dialplan.semantic`), so a dialplan that does offer "report a lost card" gets it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BACKGROUND", "CONCEPTS", "Concept", "concept_phrases"]
+
+
+@dataclass(frozen=True)
+class Concept:
+    """A common request: *anchors* (examples that identify it in a dialplan) and *phrases*."""
+
+    name: str
+    anchors: frozenset[str]
+    phrases: tuple[str, ...]
+
+
+def _concept(name: str, anchors: str, phrases: str) -> Concept:
+    return Concept(
+        name,
+        frozenset(a.strip() for a in anchors.split("|")),
+        tuple(p.strip() for p in phrases.strip().splitlines() if p.strip()),
+    )
+
+
+CONCEPTS: tuple[Concept, ...] = (
+    _concept("human_agent", "agent|representative|operator|talk to a person|speak to a person|a real person|human", """
+        talk to a real person
+        speak with a human being
+        put me through to someone
+        transfer me to a representative
+        connect me with somebody
+        i want to speak to someone
+        can i talk to a live person
+        let me speak to a staff member
+        get me an employee
+        i need a human not a machine
+        i don't want to talk to a robot
+        is there anyone i can talk to
+        someone who can help me
+        speak to customer support
+        pass me to a colleague
+        the help desk please
+        reception please
+        i'd rather talk to a person
+        a live agent
+        somebody please
+        whoever deals with this
+        the front desk
+        someone in your office
+        a person who can sort this out
+        your customer service team
+        a supervisor
+        """),
+    _concept("end_call", "goodbye|bye|bye bye|hang up|end the call", """
+        goodbye
+        bye now
+        see you
+        take care bye
+        thanks bye
+        i'm going to hang up now
+        you can end the call
+        disconnect the call
+        i have to go
+        i'll call back later
+        that's it for me bye
+        have a nice day
+        talk to you later
+        i'm leaving now
+        cheerio
+        later
+        end this call
+        i'm finished goodbye
+        so long
+        farewell
+        good night
+        i'm off now
+        never mind i'll go
+        gotta go
+        catch you later
+        all done have a good day
+        """),
+    _concept("account_balance", "balance|account balance|check my balance|what is my balance", """
+        how much money is in my account
+        how much money do i have left
+        what's in my checking account
+        how much is in my savings
+        my current balance
+        what is the amount in my account
+        how much cash do i have
+        do i have enough money
+        how much can i spend
+        what's my available balance
+        how much have i got in the bank
+        tell me my account total
+        is my account overdrawn
+        am i out of money
+        what funds are available
+        did my pay go in and how much is there
+        what's the total in my account
+        has my deposit cleared and what is my balance
+        how much is left
+        am i in credit
+        what am i at right now
+        """),
+    _concept("opening_hours", "opening hours|hours|business hours|when are you open", """
+        what are your opening times
+        when do you open
+        when do you close
+        what time does the branch open
+        what time do you shut
+        are you open on saturday
+        are you open on sunday
+        are you open today
+        when can i come to the branch
+        what are the branch hours
+        how late are you open
+        how early do you open in the morning
+        are you closed on holidays
+        what days are you open
+        when is the office open
+        until what time are you there
+        can i visit the bank this weekend
+        """),
+    _concept("decline", "no|no thank you", """
+        no
+        nope
+        nah
+        no thank you
+        not really
+        i don't think so
+        no that's fine
+        no i'm fine
+        not now
+        no i'm good
+        """),
+    _concept("nothing_more", "nothing else|nothing|that is all", """
+        nothing else
+        that's everything
+        that's all i needed
+        i'm all set
+        i'm good thanks
+        i have everything i need
+        you've been very helpful that's it
+        no more questions
+        nothing more thank you
+        that was all
+        i'm done thanks
+        that answers my question
+        that covers it
+        that will do
+        that's the only thing
+        nothing further
+        i'm alright thanks
+        that's it
+        i don't need anything else
+        """),
+    _concept("affirm", "yes|yes please|yeah", """
+        yes
+        yeah
+        yep
+        yup
+        sure
+        of course
+        absolutely
+        correct
+        that's right
+        indeed
+        i do
+        """),
+    _concept("more_help", "something else", """
+        something else
+        i have another question
+        there's one more thing
+        i need help with something else
+        one more question
+        i'd like to ask something else
+        yes there is
+        there's something else
+        another thing
+        can you help me with something more
+        one more
+        just one more thing
+        i've got another question
+        a different question
+        there's more
+        i still need help
+        """),
+)
+"""The common requests, each adopted by the intents that list one of its anchors."""
+
+
+BACKGROUND: tuple[str, ...] = tuple(p.strip() for p in """
+    i lost my card
+    my card has been stolen
+    block my card
+    cancel my credit card
+    i want to open a new account
+    close my account
+    i need a loan
+    what are your interest rates
+    mortgage rates
+    apply for a credit card
+    raise my credit limit
+    report fraud
+    there is a charge i don't recognise
+    dispute a transaction
+    reset my password
+    i can't log in to online banking
+    change my address
+    update my phone number
+    order a new cheque book
+    what is the routing number
+    send a wire transfer
+    transfer money to another account
+    pay a bill
+    make a payment
+    send me a statement
+    where is the nearest atm
+    where is your branch
+    the atm ate my card
+    my direct deposit
+    set up direct debit
+    what is the weather like
+    tell me a joke
+    i don't know
+    can you help me
+    hello
+    hello who is this
+    i have a complaint
+    i want to make a complaint about a fee
+    why was i charged a fee
+    what currency exchange rates do you have
+    what interest do you pay
+    deposit a check
+    deposit a cheque with my phone
+    i need a bank draft
+    my account is locked
+    i need a letter from the bank
+    add someone to my account
+    set up text alerts
+    withdraw money without a card
+    someone is pretending to be from the bank
+    i think i've been scammed
+    i want to speak about my insurance
+    increase my overdraft
+    get a new pin
+    activate my card
+    """.strip().splitlines())
+"""Requests that no intent covers unless its own examples say so."""
+
+
+def concept_phrases(examples: tuple[str, ...] | list[str]) -> list[str]:
+    """The phrases of every concept that one of *examples* anchors (normalised comparison)."""
+    own = {" ".join(e.lower().replace("'", "").split()) for e in examples}
+    out: list[str] = []
+    for concept in CONCEPTS:
+        if any(a.replace("'", "") in own for a in concept.anchors):
+            out.extend(concept.phrases)
+    return out

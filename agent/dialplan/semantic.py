@@ -1,0 +1,169 @@
+"""Sentence meaning for intent matching: a static sentence encoder and each ask's example index.
+
+The encoder is WordLlama (the ``wordllama`` package): 256-dimensional token embeddings averaged
+over the sentence, shipped inside the wheel with its tokenizer, so loading reads two files of
+the installed package and never the network. One encoder serves the whole process; it is loaded
+on first use or by :func:`preload` (about half a second), under a lock so concurrent first
+calls load it once. Phrase vectors are cached, so an ask's examples are encoded once.
+
+:class:`SemanticIndex` holds the vectors of an ask's phrases: each intent's own examples, the
+phrases of the common requests its examples anchor (:mod:`agent.dialplan.intent_concepts`), and
+background requests that no intent of the ask covers. :meth:`SemanticIndex.compare` encodes a
+transcript once and gives each intent's best cosine and the best background cosine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+
+from agent.dialplan.intent_concepts import BACKGROUND, concept_phrases
+
+__all__ = [
+    "SemanticIndex",
+    "SemanticScores",
+    "SentenceEncoder",
+    "WordLlamaEncoder",
+    "preload",
+    "shared_encoder",
+]
+
+log = logging.getLogger(__name__)
+
+FILLERS = frozenset("um umm uh uhh er erm ah hmm mm".split())
+"""Hesitation sounds, dropped before encoding: they carry no meaning but weigh in an average."""
+
+BACKGROUND_EXCLUSION_COSINE = 0.8
+"""A background request this close to one of an ask's own examples is not background there."""
+
+
+class SentenceEncoder(Protocol):
+    """Turns sentences into unit-length vectors whose dot product is their similarity."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """One unit row per text (float32, shape ``(len(texts), dim)``)."""
+        ...
+
+
+class WordLlamaEncoder:
+    """WordLlama's 256-d embeddings from the installed package's own files, with a phrase cache."""
+
+    def __init__(self) -> None:
+        import wordllama
+        from wordllama import WordLlama
+
+        package_dir = os.path.dirname(wordllama.__file__)
+        # The package folder holds weights/ and tokenizers/; disable_download makes a missing
+        # file an error instead of a fetch.
+        self._model = WordLlama.load(cache_dir=package_dir, disable_download=True)
+        self._cache: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            if missing:
+                vectors = self._model.embed(missing, norm=True)
+                for text, vector in zip(missing, vectors):
+                    self._cache[text] = np.nan_to_num(vector)
+            if not texts:
+                return np.zeros((0, 256), dtype=np.float32)
+            return np.stack([self._cache[t] for t in texts])
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """The vector of one transcript (not cached: transcripts rarely repeat)."""
+        with self._lock:
+            cached = self._cache.get(text)
+        if cached is not None:
+            return cached
+        return np.nan_to_num(self._model.embed([text], norm=True)[0])
+
+
+_shared: WordLlamaEncoder | None = None
+_shared_failed = False
+_shared_lock = threading.Lock()
+
+
+def shared_encoder() -> WordLlamaEncoder | None:
+    """The process's encoder, loaded on first call; None when it cannot be loaded (logged once),
+    in which case intent matching is lexical only."""
+    global _shared, _shared_failed
+    if _shared is not None or _shared_failed:
+        return _shared
+    with _shared_lock:
+        if _shared is None and not _shared_failed:
+            try:
+                _shared = WordLlamaEncoder()
+            except Exception:  # a missing or broken package must not stop calls
+                _shared_failed = True
+                log.exception("sentence encoder unavailable; intent matching is lexical only")
+    return _shared
+
+
+def preload() -> bool:
+    """Load the shared encoder now (e.g. at server start), so no call waits for it; True if loaded."""
+    return shared_encoder() is not None
+
+
+def without_fillers(text: str) -> str:
+    """*text* in lower case without hesitation sounds (unchanged if nothing else is left)."""
+    words = text.lower().split()
+    kept = [w for w in words if w not in FILLERS]
+    return " ".join(kept if kept else words)
+
+
+@dataclass(frozen=True)
+class SemanticScores:
+    """A transcript's best cosine with each intent's phrases (intent order) and with background."""
+
+    by_intent: Mapping[str, float]
+    background: float
+    nearest: Mapping[str, str]
+    """Each intent's phrase nearest to the transcript."""
+
+
+class SemanticIndex:
+    """The phrase vectors of one ask: per intent (own examples and adopted concepts) and background."""
+
+    def __init__(self, intents: Mapping[str, Sequence[str]], encoder: SentenceEncoder) -> None:
+        self._encoder = encoder
+        self.intent_names: tuple[str, ...] = tuple(intents)
+        phrases: list[str] = []
+        owners: list[int] = []
+        for i, (name, examples) in enumerate(intents.items()):
+            own = list(dict.fromkeys(examples))
+            for phrase in own + concept_phrases(own):
+                phrases.append(phrase.lower())
+                owners.append(i)
+        self._phrases = tuple(phrases)
+        self._owners = np.array(owners, dtype=np.int64)
+        self._vectors = encoder.encode(phrases) if phrases else np.zeros((0, 1), np.float32)
+        own_examples = [e.lower() for examples in intents.values() for e in examples]
+        background = encoder.encode(list(BACKGROUND))
+        if own_examples:
+            closeness = background @ encoder.encode(own_examples).T
+            background = background[closeness.max(axis=1) < BACKGROUND_EXCLUSION_COSINE]
+        self._background = background
+
+    def compare(self, text: str) -> SemanticScores:
+        """Encode *text* once and compare it with every phrase of the ask."""
+        text = without_fillers(text)
+        encode_one = getattr(self._encoder, "encode_one", None)
+        vector = encode_one(text) if encode_one is not None else self._encoder.encode([text])[0]
+        cosines = self._vectors @ vector
+        best = np.full(len(self.intent_names), -1.0)
+        nearest = [""] * len(self.intent_names)
+        for phrase, owner, cosine in zip(self._phrases, self._owners, cosines):
+            if cosine > best[owner]:
+                best[owner], nearest[owner] = cosine, phrase
+        background = float((self._background @ vector).max()) if len(self._background) else -1.0
+        return SemanticScores(
+            {name: round(float(best[i]), 6) for i, name in enumerate(self.intent_names)},
+            background,
+            {name: nearest[i] for i, name in enumerate(self.intent_names)},
+        )
