@@ -34,7 +34,8 @@ intent covers. :meth:`IntentMatcher.match` then decides:
 * a lexical match of at least :data:`LEXICAL_SURE_SCORE` stands; a weaker one (still above the
   threshold) stands unless another intent is clearly nearer in meaning
   (:data:`LEXICAL_VETO_COSINE`);
-* otherwise the intent nearest in meaning is taken when its cosine reaches
+* otherwise, when the transcript has a word that is not a stop word, the intent nearest in
+  meaning is taken when its cosine reaches
   :data:`SEMANTIC_MIN_COSINE`, leads the runner-up by :data:`SEMANTIC_MIN_MARGIN` and is not
   clearly beaten by a background request (:data:`BACKGROUND_MARGIN_COSINE`); its score is
   mapped into [:data:`SEMANTIC_SCORE_FLOOR`, :data:`SEMANTIC_SCORE_CEILING`], below the 0.9 that
@@ -249,6 +250,11 @@ def _content_tokens(tokens: Sequence[str]) -> list[str]:
     return content if content else list(tokens)
 
 
+def _has_content_word(text: str) -> bool:
+    """True when *text* has a word that is not a stop word."""
+    return any(t not in STOP_WORDS for t in normalize(text))
+
+
 def _word_weight(token: str) -> float:
     return WEAK_WORD_WEIGHT if token in WEAK_WORDS else 1.0
 
@@ -299,6 +305,8 @@ class IntentMatcher:
         lexical = ranked[0] if ranked and ranked[0].score >= self.threshold else None
         if self._semantic is None or not transcript.strip():
             return lexical
+        if lexical is None and not _has_content_word(transcript):
+            return None  # "i would like to", "can i": no request yet, whatever it resembles
         meaning = self._semantic.compare(transcript)
         if lexical is not None and (
             lexical.score >= LEXICAL_SURE_SCORE

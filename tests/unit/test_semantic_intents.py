@@ -1,0 +1,177 @@
+"""Tests for intent matching by meaning: paraphrases, out-of-scope refusal, unfinished fragments,
+offline loading of the sentence encoder, and determinism."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from agent.dialplan import semantic
+from agent.dialplan.intent_concepts import concept_phrases
+from agent.dialplan.intents import SEMANTIC_SCORE_CEILING, IntentMatcher
+from agent.dialplan.semantic import SemanticIndex, WordLlamaEncoder, shared_encoder
+
+COMPLETE_MIN_SCORE = 0.9  # the call session's mark for words that already make a request
+
+MENU = {
+    "balance": ["balance", "account balance", "check my balance", "how much money do I have", "one"],
+    "hours": ["opening hours", "hours", "business hours", "when are you open", "two"],
+    "agent": ["agent", "talk to a person", "representative", "customer service", "three"],
+    "goodbye": ["goodbye", "bye bye", "hang up", "that's all", "four"],
+}
+
+
+@pytest.fixture(scope="module")
+def encoder() -> WordLlamaEncoder:
+    loaded = shared_encoder()
+    assert loaded is not None, "the wordllama package is an install requirement"
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def menu(encoder: WordLlamaEncoder) -> IntentMatcher:
+    return IntentMatcher(MENU, encoder=encoder)
+
+
+@pytest.mark.parametrize(
+    ("transcript", "intent"),
+    [
+        ("i was wondering how much money is left in my account", "balance"),
+        ("could you put me through to someone", "agent"),
+        ("i want to speak with a human being", "agent"),
+        ("what time do you close on saturdays", "hours"),
+        ("are you guys open on sunday", "hours"),
+        ("ok i have to go now see you", "goodbye"),
+        ("how much cash have i got", "balance"),
+    ],
+)
+def test_paraphrases_match_their_intent(menu: IntentMatcher, transcript: str, intent: str) -> None:
+    """Requests worded unlike any example, which words alone miss, select the intent they mean."""
+    assert IntentMatcher(MENU).match(transcript) is None
+    match = menu.match(transcript)
+    assert match is not None and match.name == intent, (match, menu.scores(transcript))
+    assert menu.threshold <= match.score <= SEMANTIC_SCORE_CEILING
+
+
+@pytest.mark.parametrize(
+    "transcript",
+    [
+        "my card was stolen",
+        "i lost my credit card",
+        "open a new account",
+        "transfer money to my savings",
+        "what is the weather like",
+        "i want to apply for a mortgage",
+        "how do i reset my online banking password",
+        "change my address",
+        "can you help me",
+        "i don't know",
+    ],
+)
+def test_out_of_scope_requests_match_nothing(menu: IntentMatcher, transcript: str) -> None:
+    """Requests no intent covers are refused, even when they share words or topic with one."""
+    assert menu.match(transcript) is None, menu.scores(transcript)
+
+
+@pytest.mark.parametrize(
+    "fragment",
+    ["i would like to", "i was wondering if", "could you", "can i", "i need to", "i want", "so um"],
+)
+def test_unfinished_fragments_neither_match_nor_look_complete(menu: IntentMatcher, fragment: str) -> None:
+    """The beginning of a request matches nothing, so the endpointer keeps waiting."""
+    assert menu.match(fragment) is None, fragment
+
+
+@pytest.mark.parametrize("transcript", ["how much", "what time", "talk to", "i was wondering how much money"])
+def test_matches_by_meaning_never_mark_words_complete(menu: IntentMatcher, transcript: str) -> None:
+    """Whatever meaning finds in partial words, it scores below the completeness mark; only the
+    dialplan's own words can end a turn early."""
+    match = menu.match(transcript)
+    assert match is None or match.score < COMPLETE_MIN_SCORE
+
+
+def test_own_examples_keep_their_lexical_score(menu: IntentMatcher) -> None:
+    """Exact and misheard example words score as before: meaning does not dilute them."""
+    for transcript, intent in [("check my balance", "balance"), ("check my bounce", "balance"),
+                               ("good by", "goodbye"), ("three", "agent")]:
+        match = menu.match(transcript)
+        lexical = IntentMatcher(MENU).match(transcript)
+        assert match == lexical and match is not None and match.name == intent
+
+
+def test_weak_word_match_yields_to_clearly_nearer_meaning(encoder: WordLlamaEncoder) -> None:
+    """A weak lexical match (a spoken digit inside a sentence) loses to the intent the sentence
+    means."""
+    intents = {"balance": ["balance", "one"], "more": ["something else", "yes"]}
+    matcher = IntentMatcher(intents, encoder=encoder)
+    assert IntentMatcher(intents).match("um yep one more") is not None
+    match = matcher.match("um yep one more")
+    assert match is not None and match.name == "more"
+
+
+def test_background_request_is_kept_when_an_intent_offers_it(encoder: WordLlamaEncoder) -> None:
+    """A dialplan that does handle lost cards gets them: background requests near its own
+    examples are not background for that ask."""
+    matcher = IntentMatcher({"lost_card": ["i lost my card", "report a lost card"],
+                             "balance": ["balance"]}, encoder=encoder)
+    match = matcher.match("i think i lost my debit card")
+    assert match is not None and match.name == "lost_card"
+
+
+def test_concepts_are_adopted_by_anchor_examples_only() -> None:
+    """Only an intent listing an anchor example takes a concept's phrases."""
+    assert "put me through to someone" in concept_phrases(["agent"])
+    assert concept_phrases(["book an appointment"]) == []
+
+
+def test_semantic_scores_are_deterministic(encoder: WordLlamaEncoder) -> None:
+    """The same transcript gives the same scores and match, whatever was encoded in between."""
+    first = IntentMatcher(MENU, encoder=encoder)
+    before = first.match("could you put me through to someone")
+    index = SemanticIndex(MENU, encoder)
+    scores = index.compare("how much money is left")
+    encoder.encode(["unrelated words to fill the cache", "more words"])
+    again = IntentMatcher(MENU, encoder=encoder)
+    assert again.match("could you put me through to someone") == before
+    assert index.compare("how much money is left") == scores
+
+
+def test_encoder_loads_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the encoder reads the installed package only: no connection is attempted."""
+    import wordllama  # noqa: F401  (imported before the network is cut, as at server start)
+
+    attempts: list[object] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        attempts.append(args)
+        raise OSError("network access during encoder load")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    started = time.perf_counter()
+    encoder = WordLlamaEncoder()
+    assert time.perf_counter() - started < 10.0
+    vectors = encoder.encode(["check my balance", "opening hours"])
+    assert attempts == []
+    assert vectors.shape == (2, 256)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_without_encoder_matching_is_lexical(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the encoder cannot load, matching goes on with words alone."""
+    monkeypatch.setattr(semantic, "_shared", None)
+    monkeypatch.setattr(semantic, "_shared_failed", False)
+
+    def broken() -> None:
+        raise FileNotFoundError("weights missing")
+
+    monkeypatch.setattr(semantic, "WordLlamaEncoder", broken)
+    assert semantic.preload() is False
+    assert shared_encoder() is None
+    matcher = IntentMatcher(MENU, encoder=shared_encoder())
+    assert matcher.match("check my balance") is not None
+    assert matcher.match("could you put me through to someone") is None
