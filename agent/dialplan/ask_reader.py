@@ -1,5 +1,8 @@
 """Reading ``ask`` steps: the prompt, the intents and slot an answer may fill, the reprompts.
 
+An ask in the scope of an ``escalation`` step gets a way to ask for a person
+(:func:`~agent.dialplan.escalation.with_escalation`).
+
 Beyond the schema, an ask's keys must not clash: two intents on one DTMF key, an intent on a key
 the slot collects, slot limits that do not fit the slot's type, synonyms no example uses.
 """
@@ -9,6 +12,8 @@ from __future__ import annotations
 
 from yaml.nodes import Node, ScalarNode
 
+from agent.dialplan.checks import Reference
+from agent.dialplan.escalation import with_escalation
 from agent.dialplan.model import (
     DEFAULT_REPROMPT_COUNT,
     AskStep,
@@ -87,17 +92,24 @@ class AskReader(NodeReader):
         no_input = RepromptPolicy(default_reprompts, None)
         no_match = RepromptPolicy(default_reprompts, None)
         if "no_input" in entries:
-            policy = self._policy(entries["no_input"][1], "no_input")
+            policy = self._policy(entries["no_input"][1], "no_input", settings)
             ok = ok and policy is not None
             no_input = policy or no_input
         if "no_match" in entries:
-            policy = self._policy(entries["no_match"][1], "no_match")
+            policy = self._policy(entries["no_match"][1], "no_match", settings)
             ok = ok and policy is not None
             no_match = policy or no_match
         if not ok:
             return None
+        ask_intents = tuple(intents)
+        if settings.escalation is not None:
+            target = settings.escalation
+            self.result.references.append(Reference(
+                self._flow_name, target, "escalation", self.escalation_marks.get(target, mark)))
+            ask_intents = with_escalation(ask_intents, target, self._reserved_keys(slot), mark)
+            self.result.intents.update(i.name for i in ask_intents)
         return AskStep(
-            step_id, prompt, tuple(intents), no_input, no_match, settings, mark, next_step,
+            step_id, prompt, ask_intents, no_input, no_match, settings, mark, next_step,
             slot, speech, dtmf, skip_if_set,
         )
 
@@ -247,7 +259,7 @@ class AskReader(NodeReader):
             name, tuple(examples), dtmf, goto, self.mark(key_node), tuple(synonyms), tuple(slots)
         )
 
-    def _policy(self, node: Node, key: str) -> RepromptPolicy | None:
+    def _policy(self, node: Node, key: str, settings: Settings) -> RepromptPolicy | None:
         entries = self.mapping(node)
         if entries is None:
             return None
@@ -271,4 +283,7 @@ class AskReader(NodeReader):
         if "then" in entries:
             then = self.ref(entries["then"][1], "then")
             ok = ok and then is not None
-        return RepromptPolicy(tuple(reprompts), then, retries) if ok else None
+        offer = None
+        if "offer_person_after" in entries or "offer_prompt" in entries:
+            offer = self.person_offer(node, settings.no_match)
+        return RepromptPolicy(tuple(reprompts), then, retries, offer) if ok else None

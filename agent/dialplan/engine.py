@@ -17,6 +17,7 @@ summarises the path for the call record.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any, Mapping
 
 from agent.dialplan.actions import (
@@ -24,7 +25,8 @@ from agent.dialplan.actions import (
     WebhookRequest, WebhookResult,
 )
 from agent.dialplan.asks import DTMF_KEYS, intent_named, listen_for, match_intent
-from agent.dialplan.intents import IntentMatch
+from agent.dialplan.escalation import END, OFFER, Question
+from agent.dialplan.intents import IntentMatch, normalize
 from agent.dialplan.model import (
     AskStep, Dialplan, Intent, ModelStep, QueueStep, RecordStep, RepromptPolicy, Settings,
     Template, TransferStep, WebhookStep,
@@ -33,7 +35,7 @@ from agent.dialplan.runner import (
     ENDED, IDLE, LISTENING, MAX_STEPS_PER_EVENT, MAX_SUBFLOW_DEPTH, MODEL, RECORDING,
     TRANSFERRING, WEBHOOK, FlowRunner, dtmf_flag,
 )
-from agent.dialplan.slots import parse_slot
+from agent.dialplan.slots import parse_slot, parse_yes_no, slot_phrases
 from agent.dialplan.variables import call_variables
 
 __all__ = [
@@ -137,12 +139,24 @@ class DialogueSession(FlowRunner):
         """The intent *text* would select at the waiting ask, without acting on it.
 
         For end-of-turn detection: a partial transcript that already completes an intent lets
-        the endpointer accept a shorter silence. None when no ask is waiting or nothing matches.
+        the endpointer accept a shorter silence. None when no ask is waiting, nothing matches,
+        a yes/no question is open, or the intent would end or transfer the call and the words
+        are not exactly one of its examples.
         """
         ask = self._listening_ask()
-        if ask is None:
+        if ask is None or self._question is not None:
             return None
-        return match_intent(ask, text)
+        match = match_intent(ask, text)
+        if match is None:
+            return None
+        intent = intent_named(ask, match)
+        if self._consequence(ask, intent) is not None:
+            # Ending or transferring waits for the whole turn unless the words so far are
+            # exactly one of the intent's examples ("goodbye", not "bye that I'd").
+            words = normalize(text)
+            if not any(normalize(example) == words for example in intent.examples):
+                return None
+        return match
 
     def call_record(self) -> dict[str, Any]:
         """The call's path through the dialplan, for the call record (JSON-ready)."""
@@ -184,8 +198,13 @@ class DialogueSession(FlowRunner):
         self._apply_defaults(self._entry.variables)
         return self._run(self._flow.steps[0].id)
 
-    def on_transcript(self, text: str) -> list[Action]:
-        """A final recognition result. Ignored unless an ask is waiting."""
+    def on_transcript(self, text: str, confidence: float | None = None) -> list[Action]:
+        """A final recognition result of a whole turn. Ignored unless an ask is waiting.
+
+        *confidence* is the recogniser's (0..1; None: unknown, only the intent score counts).
+        An answer that would end or transfer the call is acted on only when both are high
+        (the ask's ``confirm`` settings); otherwise the caller is asked to confirm it.
+        """
         if self.ended:
             return []
         ask = self._listening_ask()
@@ -196,6 +215,12 @@ class DialogueSession(FlowRunner):
         self._digits = ""
         self._variables["input"] = text
         self._variables["input.mode"] = "speech"
+        if self._question is not None:
+            return self._answer_question(ask, parse_yes_no(text), text, confidence)
+        return self._heard(ask, text, confidence)
+
+    def _heard(self, ask: AskStep, text: str, confidence: float | None) -> list[Action]:
+        """What the caller said at *ask* (no question open)."""
         if not ask.speech:
             return self._reprompt_or_give_up(ask, "no_match")
         slot = ask.slot
@@ -205,7 +230,14 @@ class DialogueSession(FlowRunner):
                 return self._filled(ask, value)
         match = match_intent(ask, text)
         if match is not None:
-            return self._answered(ask, intent_named(ask, match), match, text)
+            intent = intent_named(ask, match)
+            kind = self._consequence(ask, intent)
+            confirm = ask.settings.confirm
+            sure = match.score >= confirm.min_score and (
+                confidence is None or confidence >= confirm.min_confidence)
+            if kind is not None and not sure:
+                return self._ask_question(ask, Question(kind, intent.goto, intent, match, text))
+            return self._answered(ask, intent, match, text)
         if slot is not None and slot.type == "text" and text.strip():
             if slot.accepts(text.strip()):
                 return self._filled(ask, text.strip())
@@ -231,6 +263,8 @@ class DialogueSession(FlowRunner):
         ask = self._listening_ask()
         if ask is None:
             return []
+        if self._question is not None:
+            return self._answer_question(ask, None, None, None)
         if self._digits:
             return self._complete_digits(ask)
         return self._reprompt_or_give_up(ask, "no_input")
@@ -361,6 +395,10 @@ class DialogueSession(FlowRunner):
             return [], False
         self._record("dtmf", text=digit)
         self._variables["input.mode"] = "dtmf"
+        if self._question is not None:
+            self._variables["input"] = digit
+            reply = {"1": "yes", "2": "no"}.get(digit)
+            return self._answer_question(ask, reply, None, None), False
         if not ask.dtmf:
             return self._reprompt_or_give_up(ask, "no_match"), False
         slot = ask.slot
@@ -428,6 +466,9 @@ class DialogueSession(FlowRunner):
             self._no_match_count += 1
             count, policy = self._no_match_count, ask.no_match
         self._record(kind)
+        if kind == "no_match" and self._should_offer(ask, count):
+            self._offered = True
+            return self._ask_question(ask, Question(OFFER, ask.settings.escalation))
         if count <= policy.limit:
             self._record("reprompt", text=f"{kind} {count}")
             actions: list[Action] = []
@@ -439,8 +480,88 @@ class DialogueSession(FlowRunner):
                 self._say_into(actions, template, ask.settings)
             actions.append(listen_for(ask))
             return actions
+        return self._give_up(ask, policy, kind)
+
+    def _give_up(self, ask: AskStep, policy: RepromptPolicy, kind: str) -> list[Action]:
         self._record("gave_up", text=kind)
         self._mode = IDLE
         if policy.then is None:
             return [self._hangup(kind)]
         return self._run(policy.then)
+
+    # ------------------------------------------------------------------ yes/no questions
+
+    def _consequence(self, ask: AskStep, intent: Intent) -> str | None:
+        """END or TRANSFER when *intent* leads straight to a hangup or a transfer."""
+        return self._flow.consequence(intent.goto or self._flow.successor(ask))
+
+    def _should_offer(self, ask: AskStep, count: int) -> bool:
+        """Offer a person at the policy's count, and always before giving up."""
+        if ask.settings.escalation is None or self._offered:
+            return False
+        offer = ask.no_match.offer or ask.settings.no_match
+        if offer.after <= 0:
+            return False
+        return count == offer.after or count > ask.no_match.limit
+
+    def _question_prompt(self, ask: AskStep, question: Question) -> Template:
+        if question.kind == OFFER:
+            return (ask.no_match.offer or ask.settings.no_match).prompt
+        confirm = ask.settings.confirm
+        return confirm.end_prompt if question.kind == END else confirm.transfer_prompt
+
+    def _ask_question(self, ask: AskStep, question: Question) -> list[Action]:
+        self._question = question
+        self._record("question", text=question.kind,
+                     intent=question.intent.name if question.intent else None,
+                     score=question.match.score if question.match else None)
+        actions: list[Action] = []
+        self._say_into(actions, self._question_prompt(ask, question), ask.settings)
+        actions.append(_yes_no_listen(ask))
+        return actions
+
+    def _answer_question(
+        self, ask: AskStep, reply: str | None, text: str | None, confidence: float | None
+    ) -> list[Action]:
+        """The caller's reply to the open question: *reply* yes, no or None (neither)."""
+        question = self._question
+        assert question is not None
+        if reply is None and text is not None:
+            match = match_intent(ask, text)
+            if match is not None:
+                # An answer to the ask instead: asking for the same thing again is a yes.
+                intent = intent_named(ask, match)
+                if intent.goto == question.target:
+                    reply = "yes"
+                else:
+                    self._question = None
+                    self._record("answer", text="other")
+                    return self._heard(ask, text, confidence)
+        self._record("answer", text=reply or "neither")
+        if reply is None and not question.repeated:
+            return self._ask_question(ask, replace(question, repeated=True))
+        self._question = None
+        if reply == "yes":
+            if question.kind == OFFER:
+                self._record("escalation", text=question.target or "")
+                self._mode = IDLE
+                return self._run(question.target)
+            assert question.intent is not None and question.match is not None
+            return self._answered(ask, question.intent, question.match, question.text)
+        if question.kind == OFFER and self._no_match_count > ask.no_match.limit:
+            return self._give_up(ask, ask.no_match, "no_match")
+        actions: list[Action] = []
+        policy = ask.no_match
+        template = ask.prompt
+        if question.kind == OFFER and policy.reprompts:
+            template = policy.reprompts[min(self._no_match_count, len(policy.reprompts)) - 1]
+        if template is not None:
+            self._say_into(actions, template, ask.settings)
+        actions.append(listen_for(ask))
+        return actions
+
+
+def _yes_no_listen(ask: AskStep) -> Listen:
+    """The caller's turn for a yes/no question at *ask* (keys 1 and 2 answer it)."""
+    return replace(listen_for(ask), slot_type="yes_no", max_digits=1, terminator=None,
+                   phrases=slot_phrases("yes_no"), intents=())

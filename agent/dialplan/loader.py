@@ -30,6 +30,7 @@ from agent.dialplan.checks import (
 from agent.dialplan.model import (
     DEFAULT_ROUTE_PRIORITY,
     DEFAULT_SETTINGS,
+    Confirmation,
     Dialplan,
     DialplanError,
     DialplanIssue,
@@ -41,6 +42,7 @@ from agent.dialplan.model import (
 )
 from agent.dialplan.templates import NumberPattern, Template
 from agent.dialplan.validation import compose, load_schema
+from agent.dialplan.node_reader import is_null
 from agent.dialplan.step_reader import StepReader
 from agent.yamlmarks import Mark
 
@@ -254,6 +256,18 @@ class _FileReader(StepReader):
                 max_duration = self.integer(value_node)
         timezone = self.optional(entries, "timezone", self._timezone)
         inter_digit = self.optional(entries, "inter_digit_timeout_ms", self.integer)
+        escalation = base.escalation
+        if "escalation" in entries:
+            value_node = entries["escalation"][1]
+            escalation = None if is_null(value_node) else self.name(value_node)
+            if escalation is not None:
+                self.escalation_marks.setdefault(escalation, self.mark(value_node))
+        confirm = base.confirm
+        if "confirm" in entries:
+            confirm = self._confirmation(entries["confirm"][1], base.confirm)
+        no_match = base.no_match
+        if "no_match" in entries:
+            no_match = self.person_offer(entries["no_match"][1], base.no_match)
         return Settings(
             voice=voice if voice is not None else base.voice,
             barge_in=barge_in if barge_in is not None else base.barge_in,
@@ -267,6 +281,26 @@ class _FileReader(StepReader):
             inter_digit_timeout_ms=(
                 inter_digit if inter_digit is not None else base.inter_digit_timeout_ms
             ),
+            escalation=escalation,
+            confirm=confirm,
+            no_match=no_match,
+        )
+
+    def _confirmation(self, node: Node, base: Confirmation) -> Confirmation:
+        entries = self.mapping(node)
+        if entries is None:
+            return base
+        min_score = self.optional(entries, "min_score", self.fraction)
+        min_confidence = self.optional(entries, "min_confidence", self.fraction)
+        end = self.optional(entries, "end_prompt", lambda n: self.template(n, "'end_prompt'"))
+        transfer = self.optional(
+            entries, "transfer_prompt", lambda n: self.template(n, "'transfer_prompt'")
+        )
+        return Confirmation(
+            min_score=min_score if min_score is not None else base.min_score,
+            min_confidence=min_confidence if min_confidence is not None else base.min_confidence,
+            end_prompt=end if end is not None else base.end_prompt,
+            transfer_prompt=transfer if transfer is not None else base.transfer_prompt,
         )
 
     def _endpointing(self, node: Node, base: Endpointing) -> Endpointing:

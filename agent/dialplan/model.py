@@ -46,10 +46,12 @@ __all__ = [
     "BranchCase",
     "BranchStep",
     "CALL_VARIABLES",
+    "Confirmation",
     "DEFAULT_SETTINGS",
     "Dialplan",
     "DialplanError",
     "DialplanIssue",
+    "END",
     "Endpointing",
     "Flow",
     "GotoStep",
@@ -60,6 +62,7 @@ __all__ = [
     "ModelStep",
     "NumberPattern",
     "OpenWindow",
+    "PersonOffer",
     "QueueStep",
     "RecordStep",
     "RepromptPolicy",
@@ -73,6 +76,7 @@ __all__ = [
     "Step",
     "Template",
     "TemplateError",
+    "TRANSFER",
     "TransferStep",
     "Variable",
     "WebhookStep",
@@ -110,6 +114,10 @@ DEFAULT_REPROMPT_COUNT = 2
 """Without a ``no_input``/``no_match`` block, an ask repeats its prompt this many times."""
 
 DEFAULT_ROUTE_PRIORITY = 100
+
+END = "end"
+TRANSFER = "transfer"
+"""What an answer may lead to that cannot be undone (:meth:`Flow.consequence`)."""
 
 # --------------------------------------------------------------------------- errors
 
@@ -161,11 +169,42 @@ class Endpointing:
 
 
 @dataclass(frozen=True)
+class Confirmation:
+    """When an answer that ends or transfers the call is acted on without asking back.
+
+    A spoken answer whose intent leads to a ``hangup``, ``transfer`` or ``queue`` is acted on
+    when its intent score reaches *min_score* and the recogniser's confidence (when known)
+    reaches *min_confidence*; otherwise the caller hears *end_prompt* or *transfer_prompt*.
+    """
+
+    min_score: float = 0.9
+    min_confidence: float = 0.7
+    end_prompt: Template = parse_template("Do you want to end the call?")
+    transfer_prompt: Template = parse_template("Do you want me to put you through to an agent?")
+
+
+@dataclass(frozen=True)
+class PersonOffer:
+    """After *after* answers in a row that an ask did not understand, offer a person.
+
+    *after* 0 never offers. The offer is only made where an ``escalation`` step is set.
+    """
+
+    after: int = 2
+    prompt: Template = parse_template(
+        "I'm having trouble understanding. Would you like to speak to a person?"
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     """How prompts are spoken and input awaited; set per dialplan file, flow or step.
 
     ``barge_in`` lets caller speech interrupt prompts, ``dtmf_barge_in`` lets keys do it
     (YAML ``barge_in: true | false | dtmf``). ``max_call_duration_s`` applies to whole flows.
+    ``escalation`` is the step a request for a person goes to from every ask (None: none);
+    ``confirm`` says when ending or transferring needs a yes; ``no_match`` when a person is
+    offered to a caller the ask does not understand.
     """
 
     voice: str = "kal16"
@@ -178,6 +217,9 @@ class Settings:
     max_call_duration_s: int | None = None
     timezone: str = "UTC"
     inter_digit_timeout_ms: int = 3000
+    escalation: str | None = None
+    confirm: Confirmation = Confirmation()
+    no_match: PersonOffer = PersonOffer()
 
 
 DEFAULT_SETTINGS = Settings()
@@ -216,12 +258,14 @@ class RepromptPolicy:
     """Reprompts for silence or unrecognised input; after *retries* of them, go to *then*.
 
     ``retries`` None means one per reprompt; when it is larger, the last reprompt repeats.
-    ``then`` None ends the call (reason ``no_input`` or ``no_match``).
+    ``then`` None ends the call (reason ``no_input`` or ``no_match``). *offer*: the ask's own
+    :class:`PersonOffer` (None: the settings' one).
     """
 
     reprompts: tuple[Template, ...]
     then: str | None
     retries: int | None = None
+    offer: PersonOffer | None = None
 
     @property
     def limit(self) -> int:
@@ -538,6 +582,26 @@ class Flow:
         given = getattr(step, "next", None)
         return given if given is not None else self.following(step)
 
+    def consequence(self, step_id: str | None) -> str | None:
+        """:data:`END` or :data:`TRANSFER` when running from *step_id* reaches a ``hangup`` or
+        a ``transfer``/``queue`` step before anything else happens (only ``say``, ``set`` and
+        ``goto`` within the flow on the way); None otherwise (the flow's end included)."""
+        for _ in range(len(self.steps) + 1):
+            if step_id is None:
+                return None
+            step = self.step(step_id)
+            if isinstance(step, HangupStep):
+                return END
+            if isinstance(step, (TransferStep, QueueStep)):
+                return TRANSFER
+            if isinstance(step, (SayStep, SetStep)):
+                step_id = self.successor(step)
+            elif isinstance(step, GotoStep) and step.flow is None:
+                step_id = step.step
+            else:
+                return None
+        return None  # a loop of say/set/goto steps
+
 
 @dataclass(frozen=True)
 class Route:
@@ -684,6 +748,15 @@ def _spoken_templates(dialplan: Dialplan) -> Iterator[tuple[Step, Template, Sett
                 for policy in (step.no_input, step.no_match):
                     for reprompt in policy.reprompts:
                         yield step, reprompt, step.settings
+                kinds = {flow.consequence(i.goto or flow.successor(step))
+                         for i in step.intents if step.speech}
+                if END in kinds:
+                    yield step, step.settings.confirm.end_prompt, step.settings
+                if TRANSFER in kinds:
+                    yield step, step.settings.confirm.transfer_prompt, step.settings
+                if step.settings.escalation is not None:
+                    offer = step.no_match.offer or step.settings.no_match
+                    yield step, offer.prompt, step.settings
             elif isinstance(step, QueueStep) and step.announce is not None:
                 yield step, step.announce, step.settings
             elif isinstance(step, RecordStep) and step.prompt is not None:

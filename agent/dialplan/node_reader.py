@@ -21,6 +21,7 @@ from agent.dialplan.model import (
     CONFIG_PREFIX,
     NOW_VARIABLES,
     DialplanIssue,
+    PersonOffer,
 )
 from agent.dialplan.templates import (
     Expression,
@@ -54,6 +55,22 @@ class NodeReader:
         self._constructor = SafeConstructor()
         self.result = Declarations()
         self._flow_name = ""
+        self.escalation_marks: dict[str, Mark] = {}
+        """Where each escalation step was named in settings (first mention)."""
+
+    def person_offer(self, node: Node, base: PersonOffer) -> PersonOffer:
+        """The ``offer_person_after``/``offer_prompt`` keys of *node* over *base*."""
+        entries = self.mapping(node)
+        if entries is None:
+            return base
+        after = self.optional(entries, "offer_person_after", self.integer)
+        prompt = self.optional(
+            entries, "offer_prompt", lambda n: self.template(n, "'offer_prompt'")
+        )
+        return PersonOffer(
+            after if after is not None else base.after,
+            prompt if prompt is not None else base.prompt,
+        )
         self.doc = Document(path, None)
 
     # -- reporting
@@ -115,6 +132,15 @@ class NodeReader:
         if self.bad(node) or not isinstance(node, ScalarNode):
             return None
         return int(self._constructor.construct_yaml_int(node))
+
+    def fraction(self, node: Node) -> float | None:
+        if self.bad(node) or not isinstance(node, ScalarNode):
+            return None
+        try:
+            return float(node.value)
+        except ValueError:
+            self.error(node, f"expected a number from 0 to 1, found {node.value!r}")
+            return None
 
     choice = string
 

@@ -19,6 +19,7 @@ from agent.dialplan.actions import (
     WebhookRequest,
 )
 from agent.dialplan.asks import listen_for
+from agent.dialplan.escalation import Question
 from agent.dialplan.model import (
     AskStep,
     BranchStep,
@@ -98,6 +99,8 @@ class FlowRunner:
         self._no_input_count = 0
         self._no_match_count = 0
         self._digits = ""
+        self._question: Question | None = None
+        self._offered = False
         self._history: list[DialogueEvent] = []
         self._conversation: list[tuple[str, str]] = []
         self._transfer: dict[str, str] | None = None
@@ -178,6 +181,8 @@ class FlowRunner:
         self._no_input_count = 0
         self._no_match_count = 0
         self._digits = ""
+        self._question = None
+        self._offered = False
         if step.prompt is not None:
             self._say_into(actions, step.prompt, step.settings)
         actions.append(listen_for(step))
