@@ -144,14 +144,18 @@ def test_two_no_inputs_reprompt_third_says_goodbye_and_hangs_up(plan: Dialplan) 
     assert session.ended
 
 
-def test_two_no_matches_reprompt_third_gives_up(plan: Dialplan) -> None:
-    """Unrecognised answers get two reprompts, then a goodbye and hangup (reason no_match)."""
+def test_two_no_matches_offer_a_person_then_the_third_gives_up(plan: Dialplan) -> None:
+    """Unrecognised answers get a reprompt, then the offer of an agent; declined, the reprompts
+    go on, and only the answer after them ends the call (a goodbye, reason no_match)."""
     session = started(plan)
     first = session.on_transcript("what is the weather like")
     second = session.on_transcript("tell me a joke")
     assert "did not understand" in says(first)[0]
-    assert "still did not understand" in says(second)[0]
+    assert says(second) == ["I'm having trouble understanding. Would you like to speak to a person?"]
     assert isinstance(first[-1], Listen) and isinstance(second[-1], Listen)
+    assert second[-1].slot_type == "yes_no"
+    declined = session.on_transcript("no")
+    assert "still did not understand" in says(declined)[0]
     third = session.on_transcript("sing me a song")
     assert kinds(third) == ["Say", "Hangup"]
     assert third[-1] == Hangup("no_match")
@@ -163,7 +167,8 @@ def test_no_input_and_no_match_are_counted_separately(plan: Dialplan) -> None:
     session.on_no_input()
     session.on_no_input()
     assert isinstance(session.on_transcript("what is the weather like")[-1], Listen)
-    assert isinstance(session.on_transcript("what is the weather like")[-1], Listen)
+    assert isinstance(session.on_transcript("what is the weather like")[-1], Listen)  # the offer
+    assert isinstance(session.on_transcript("no")[-1], Listen)
     assert isinstance(session.on_no_input()[-1], Hangup)
 
 
