@@ -526,6 +526,11 @@ class DialogueSession(FlowRunner):
         """The caller's reply to the open question: *reply* yes, no or None (neither)."""
         question = self._question
         assert question is not None
+        if question.kind == OFFER and text is not None:
+            # "I need a person, not a machine" accepts the offer, whatever its "not" says.
+            match = match_intent(ask, text)
+            if match is not None and intent_named(ask, match).goto == question.target:
+                reply = "yes"
         if reply is None and text is not None:
             match = match_intent(ask, text)
             if match is not None:

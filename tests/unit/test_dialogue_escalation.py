@@ -250,3 +250,11 @@ def test_without_an_escalation_step_nothing_is_offered() -> None:
     assert says(session.on_transcript("purple")) == ["Sorry?"]
     assert says(session.on_transcript("elephants")) == ["Sorry, once more?"]
     assert session.on_transcript("green")[-1] == Hangup("no_match")
+
+
+def test_a_request_for_a_person_in_reply_to_the_offer_accepts_it_despite_a_no_word() -> None:
+    """ "a real person, not a machine" is a yes to the offer, though it says "not"."""
+    session = call()
+    session.on_transcript("purple")
+    session.on_transcript("elephants")
+    assert isinstance(session.on_transcript("a real person, not a machine")[-1], Transfer)
