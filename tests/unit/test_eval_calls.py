@@ -1,0 +1,174 @@
+"""The evaluation corpus on the wire: schedules consistent with the demo line, what it heard, figures by condition."""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import replace
+
+from agent.dialplan.engine import DialogueSession, Listen
+from agent.dialplan.model import load_dialplan
+from media.latency import INTERRUPTION, ItemOutcome, PlayedItem
+from ops.bench import eval_calls as ec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO = load_dialplan(os.path.join(ROOT, "dialplans", "default.yaml"))
+
+
+def utterance(name: str, phrasing: str, intent: str | None, text: str, engine: str = "flite",
+              pause_ms: int = 0) -> ec.EvalFile:
+    kind = {"in-scope": "turn", "out-of-scope": "turn", "paused": "paused_turn"}.get(phrasing, phrasing)
+    pauses = ((600, 600 + pause_ms),) if pause_ms else ()
+    return ec.EvalFile(name, f"/x/{name}.wav", f"/x/16k/{name}.wav", kind, phrasing, text, intent, engine, "v",
+                       1.0, 2000 + pause_ms, 100, 1900 + pause_ms, pauses, pause_ms)
+
+
+def corpus() -> list[ec.EvalFile]:
+    files = []
+    for intent in ("balance", "hours", "agent", "goodbye", "nothing_else", "something_else"):
+        for engine in ("flite", "espeak-ng"):
+            files.append(utterance(f"{intent}-{engine}", "in-scope", intent, f"say {intent} {engine}", engine))
+            files.append(utterance(f"{intent}-p-{engine}", "paused", intent, f"um {intent} {engine}", engine, 450))
+    files += [utterance(f"oos-{k}", "out-of-scope", "out_of_scope", f"my card number {k} was stolen") for k in range(3)]
+    files += [utterance("bc-okay", "backchannel", None, "okay"), utterance("bc-yeah", "backchannel", None, "yeah"),
+              utterance("noise-white", "noise", None, "white noise 60 ms")]
+    return files
+
+
+def prompt_ms(text: str, voice: str) -> int:
+    return 60 * len(text)
+
+
+def plan(seed: int, turns: int = 6, **kw) -> list[ec.EvalStep]:  # type: ignore[no-untyped-def]
+    return ec.plan_eval_call(corpus(), random.Random(seed), turns, DialogueSession(DEMO, "main", {}),
+                             ec.intent_examples(DEMO, "main"), prompt_ms, **kw)
+
+
+def test_each_turn_is_valid_at_the_ask_the_call_is_at_and_endings_come_last():
+    """Replaying a schedule's answers through the engine: every in-scope answer is offered at the
+    ask the call is then at, an out-of-scope turn gets a reprompt (never the offer of a person),
+    no request for an agent, the ending answer is the last turn, then a "yes"."""
+    for seed in range(1, 8):
+        steps = plan(seed)
+        turns = [s for s in steps if s.expect is not None]
+        assert turns[0].file.kind == INTERRUPTION and turns[0].expect in ("balance", "hours")
+        assert turns[-1].expect == "yes" and turns[-2].expect in ec.ENDING_INTENTS
+        assert all(s.expect not in ec.ENDING_INTENTS for s in turns[:-2])
+        assert all(s.expect != "agent" for s in turns)
+        session = DialogueSession(DEMO, "main", {})
+        listen = [a for a in session.start() if isinstance(a, Listen)][-1]
+        examples = ec.intent_examples(DEMO, "main")
+        for s in turns[:-1]:
+            assert s.ask == session.state
+            if s.expect == "no_match":
+                assert s.file.phrasing == "out-of-scope"
+                actions = session.on_transcript("")
+                assert session.history[-2].kind == "no_match" and session.history[-1].kind == "reprompt"
+            else:
+                assert s.expect in listen.intents, (s, listen.intents)
+                actions = session.on_transcript(examples[s.expect])
+            listens = [a for a in actions if isinstance(a, Listen)]
+            listen = listens[-1] if listens else listen
+        assert session.ended
+
+
+def test_turns_wait_for_the_reply_and_items_over_prompts_land_while_the_line_talks():
+    """Times increase; each turn starts after the previous turn's end plus its whole reply; the
+    phrasing kinds of the corpus all appear; backchannels over a prompt are ones the line would
+    not take for an answer where they are played ("yeah" is "something else" at anything_else)."""
+    steps = plan(3)
+    assert [s.at_ms for s in steps] == sorted(s.at_ms for s in steps)
+    turns = [s for s in steps if s.expect is not None]
+    for a, b in zip(turns, turns[1:-1]):
+        assert b.at_ms - (a.at_ms + a.file.voiced_end_ms) >= ec.LATENCY_ALLOWANCE_MS + ec.QUIET_BEFORE_TURN_MS
+    assert {s.file.phrasing for s in steps} >= {"in-scope", "out-of-scope", "paused", "noise", "backchannel"}
+    over = [s for s in steps if s.expect is None and s.file.phrasing == "backchannel"]
+    assert over
+    after_first = [s for s in over if s.at_ms > turns[0].at_ms]
+    assert all(s.file.text == "okay" for s in after_first), after_first
+
+
+def test_a_slice_without_the_prompt_items_and_without_ending():
+    """The CI slice's schedule: no items over the greeting, an early interruption, no ending."""
+    steps = plan(1, turns=3, over_prompt=False, interruption_at_ms=3000, end_call=False)
+    assert steps[0].at_ms == 3000 and steps[0].file.kind == INTERRUPTION
+    assert all(s.expect not in ec.ENDING_INTENTS + ("yes",) for s in steps)
+    assert [s.file.phrasing for s in steps if s.expect][1:] == ["out-of-scope", "paused", "in-scope"]
+
+
+def test_the_decision_on_each_transcript_is_read_from_the_call_record():
+    """An intent, a reprompt, an ending answer to confirm (its intent), the answer to the
+    question, input while no ask listened."""
+    record = {"dialogue": [
+        {"kind": "step", "step": "menu"},
+        {"kind": "transcript", "step": "menu", "text": "what do I have in my account"},
+        {"kind": "intent", "step": "menu", "intent": "balance", "text": "balance"},
+        {"kind": "step", "step": "balance"},
+        {"kind": "transcript", "step": "anything_else", "text": "freeze my card"},
+        {"kind": "no_match", "step": "anything_else"}, {"kind": "reprompt", "step": "anything_else"},
+        {"kind": "transcript", "step": "anything_else", "text": "I'll let you go"},
+        {"kind": "question", "step": "anything_else", "text": "end", "intent": "goodbye"},
+        {"kind": "transcript", "step": "anything_else", "text": "yeah"},
+        {"kind": "answer", "step": "anything_else", "text": "yes"},
+        {"kind": "intent", "step": "anything_else", "intent": "goodbye"},
+        {"kind": "ignored", "step": "goodbye", "text": "bye"},
+    ]}
+    heard = ec.heard_turns(record)
+    assert [(h.step, h.decision) for h in heard] == [
+        ("menu", "balance"), ("anything_else", "no_match"), ("anything_else", "goodbye"),
+        ("anything_else", "yes"), ("goodbye", "ignored")]
+
+
+def test_transcripts_pair_with_the_items_they_say_in_order():
+    """Recognition errors still pair; a transcript of nothing scheduled and an item never
+    transcribed stay unpaired; noise never pairs."""
+    files = {f.name: f for f in corpus()}
+    steps = [ec.EvalStep(0, files["noise-white"]), ec.EvalStep(1, files["balance-flite"], "balance"),
+             ec.EvalStep(2, files["oos-1"], "no_match"), ec.EvalStep(3, files["hours-p-flite"], "hours")]
+    heard = [ec.Heard("white noise", "menu", "no_match"), ec.Heard("say balanced flight", "menu", "balance"),
+             ec.Heard("cough", "anything_else", "no_match"), ec.Heard("um hours flights", "anything_else", "hours")]
+    pairs = ec.pair_heard(steps, heard)
+    assert {k: h.text for k, h in pairs.items()} == {1: "say balanced flight", 3: "um hours flights"}
+    assert ec.understood("balance", pairs[1]) == "yes"
+    assert ec.understood("no_match", pairs.get(2)) == "not_heard"
+    assert ec.understood("nothing_else", ec.Heard("", "", "goodbye")) == "same_outcome"
+    assert ec.understood("hours", ec.Heard("", "", "balance")) == "no"
+
+
+def outcome(step: ec.EvalStep, index: int, outcome_: str, latency_ms: float | None, reply_ms: float | None = None
+            ) -> ItemOutcome:
+    f = step.file
+    pauses = tuple((10.0 + a / 1000.0, 10.0 + b / 1000.0) for a, b in f.pauses)
+    item = PlayedItem(index, f.name, f.kind, 9.9, 10.0, 10.0 + f.voiced_end_ms / 1000.0, pauses)
+    return ItemOutcome(item, outcome_, latency_ms, reply_ms)
+
+
+def test_figures_by_condition():
+    """Latency, understood, premature cut-ins of paused turns (a tail overlap is not one), false
+    stops of items over prompts and barge-in stops, per engine, phrasing and pause bucket."""
+    files = {f.name: f for f in corpus()}
+    steps = [ec.EvalStep(0, replace(files["balance-flite"], kind=INTERRUPTION), "balance"),
+             ec.EvalStep(1, files["oos-0"], "no_match"),
+             ec.EvalStep(2, files["hours-p-espeak-ng"], "hours"),      # cut in, in the pause
+             ec.EvalStep(3, files["balance-p-flite"], "balance"),      # cut in at the tail, understood
+             ec.EvalStep(4, files["bc-okay"]), ec.EvalStep(5, files["noise-white"])]
+    outs = [outcome(steps[0], 0, "barge_in", 180.0, 300.0), outcome(steps[1], 1, "turn", 100.0),
+            outcome(steps[2], 2, "cut_in", -1700.0), outcome(steps[3], 3, "cut_in", -200.0),
+            outcome(steps[4], 4, "false_barge_in", 150.0), outcome(steps[5], 5, "kept_talking", 900.0)]
+    heard = [ec.Heard(f"{steps[k].file.text}", "menu", d) for k, d in ((0, "balance"), (1, "no_match"),
+                                                                       (2, "balance"), (3, "balance"))]
+    record = {"dialogue": [e for h in heard for e in (
+        {"kind": "transcript", "step": h.step, "text": h.text},
+        {"kind": "no_match"} if h.decision == "no_match" else {"kind": "intent", "intent": h.decision})]}
+    rows = ec.rows_of_call(steps, outs, record, {3: True}, calls=4)
+    assert [r.understood for r in rows] == ["yes", "yes", "no", "yes", None, None]
+    assert [r.tail_overlap for r in rows] == [False, False, False, True, False, False]
+    table = ec.summarise_conditions(rows)
+    a = table["all"]
+    assert a["turn_latency_ms"]["n"] == 2 and a["turn_latency_ms"]["p50"] == 100.0   # 100, 300 (reply)
+    assert a["understood"] == [3, 4] and a["barge_in_stop_ms"]["p95"] == 180.0
+    assert (a["paused_turns"], a["cut_ins"], a["premature_cut_ins"], a["cut_ins_in_pause"]) == (2, 2, 1, 1)
+    assert a["false_stops"] == [1, 2]
+    assert table["engine espeak-ng"]["understood"] == [0, 1]
+    assert table["paused 400-549 ms"]["paused_turns"] == 2
+    assert table["out-of-scope"]["understood"] == [1, 1] and "4 calls" in table
+    assert "premature cut-ins" in ec.format_conditions(table)
