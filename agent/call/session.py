@@ -375,7 +375,7 @@ class CallSession:
         finally:
             self._barge_committing = False
         if not interrupted:
-            self.playout.resume()
+            self.playout.unduck()
             return
         if again and isinstance(again[0], Say) and isinstance(again[-1], Listen):
             self._reask = tuple(again)
