@@ -13,6 +13,7 @@ from typing import Callable
 import pocketsphinx
 
 from agent.speech.server import phrase_lm
+from agent.speech.server.biasing import PhraseJudge
 from agent.speech.server.recognizer import DECODER_OPTIONS, new_decoder
 
 #: everyday words a phrase-hint model also knows (see agent.speech.server.phrase_lm.build_arpa)
@@ -25,6 +26,8 @@ class DecoderPool:
     def __init__(self, max_idle: int, factory: Callable[[], pocketsphinx.Decoder] = new_decoder) -> None:
         self._factory = factory
         self._max_idle = max_idle
+        #: for a hint set's pool: what tells its decoders' hypotheses from open speech
+        self.judge: PhraseJudge | None = None
         self._idle: list[pocketsphinx.Decoder] = []
         self._lock = threading.Lock()
         self.created = 0
@@ -99,6 +102,7 @@ class HintModels:
                 arpa = phrase_lm.build_arpa(sents, background)
                 words = sorted({w for sent in sents for w in sent} | set(background))
                 pool = DecoderPool(self._max_idle, factory=lambda: self._build(arpa, words))
+                pool.judge = self._judge(sents)
             self._pools[key] = pool  # most recent last
             while len(self._pools) > self._max_sets:
                 self._pools.pop(next(iter(self._pools)))
@@ -130,6 +134,16 @@ class HintModels:
                     entries.setdefault(head.split("(", 1)[0], []).append(line if line.endswith("\n") else line + "\n")
             self._pronunciations = entries
         return self._pronunciations
+
+    @staticmethod
+    def _judge(sents: list[list[str]]) -> PhraseJudge:
+        """A judge of the phrases alone (no background words)."""
+        with tempfile.TemporaryDirectory(prefix="openclaw-hints-") as tmp:
+            path = os.path.join(tmp, "phrases.arpa")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(phrase_lm.build_arpa(sents))
+            model = pocketsphinx.NGramModel(pocketsphinx.Config(loglevel="FATAL"), pocketsphinx.LogMath(), path)
+        return PhraseJudge(model, frozenset(w for sent in sents for w in sent))
 
     def _build(self, arpa: str, words: list[str]) -> pocketsphinx.Decoder:
         dictionary = self._dictionary()

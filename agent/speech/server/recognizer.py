@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import pocketsphinx
 
@@ -59,6 +60,21 @@ DECODER_OPTIONS: dict[str, object] = {
     "maxwpf": 10,
     "loglevel": "FATAL",
 }
+
+
+class UtteranceDecoder(Protocol):
+    """What the recogniser needs of a decoder: a ``pocketsphinx.Decoder``, or two of them
+    judged together (agent.speech.server.biasing.BiasedDecoder)."""
+
+    def start_utt(self) -> None: ...
+
+    def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None: ...
+
+    def end_utt(self) -> None: ...
+
+    def hyp(self) -> Any: ...
+
+    def seg(self) -> Any: ...
 
 
 class VoicedFrameClassifier:
@@ -141,7 +157,7 @@ class UtteranceRecognizer:
 
     def __init__(
         self,
-        decoder: pocketsphinx.Decoder,
+        decoder: UtteranceDecoder,
         params: EndpointingParams,
         *,
         interim_results: bool,

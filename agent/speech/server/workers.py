@@ -18,12 +18,14 @@ from multiprocessing.connection import Connection
 from typing import cast
 
 from agent.speech.server.asr import InputAudioConverter, RecognitionSettings
+from agent.speech.server.biasing import BiasedDecoder
 from agent.speech.server.decoders import DecoderPool, HintModels
 from agent.speech.server.recognizer import (
     MODEL_CMN,
     TELEPHONE_CMN,
     TELEPHONE_RATE_HZ,
     RecognitionEvent,
+    UtteranceDecoder,
     UtteranceRecognizer,
 )
 from agent.speech.server.rpc import EngineUnavailable
@@ -35,17 +37,23 @@ class LocalRecognitionSession:
     """Converts and decodes in the calling thread, with a decoder borrowed from ``pool``."""
 
     def __init__(self, settings: RecognitionSettings, pool: DecoderPool, hints: HintModels | None = None) -> None:
-        hint_pool = hints.pool_for(settings.phrases) if hints is not None and settings.phrases else None
-        self._pool = hint_pool or pool
+        self._hint_pool = hints.pool_for(settings.phrases) if hints is not None and settings.phrases else None
+        self._pool = pool
         self._converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
         self._decoder = self._pool.acquire()
-        # A new caller: forget the previous stream's noise estimate and channel (cepstral mean);
-        # rebuilding the feature extraction is cheap.
-        self._decoder.config["cmninit"] = (TELEPHONE_CMN if settings.sample_rate_hz <= TELEPHONE_RATE_HZ
-                                           else MODEL_CMN)
-        self._decoder.reinit_feat()
+        self._hint_decoder = self._hint_pool.acquire() if self._hint_pool is not None else None
+        cmninit = TELEPHONE_CMN if settings.sample_rate_hz <= TELEPHONE_RATE_HZ else MODEL_CMN
+        for decoder in (self._decoder, self._hint_decoder):
+            if decoder is not None:
+                # A new caller: forget the previous stream's noise estimate and channel (cepstral
+                # mean); rebuilding the feature extraction is cheap.
+                decoder.config["cmninit"] = cmninit
+                decoder.reinit_feat()
+        recognised: UtteranceDecoder = self._decoder
+        if self._hint_decoder is not None and self._hint_pool is not None and self._hint_pool.judge is not None:
+            recognised = BiasedDecoder(self._hint_decoder, self._decoder, self._hint_pool.judge)
         self._recognizer = UtteranceRecognizer(
-            self._decoder,
+            recognised,
             settings.endpointing,
             interim_results=settings.interim_results,
             word_time_offsets=settings.word_time_offsets,
@@ -63,6 +71,8 @@ class LocalRecognitionSession:
             self._closed = True
             self._recognizer.abort()
             self._pool.release(self._decoder)
+            if self._hint_pool is not None and self._hint_decoder is not None:
+                self._hint_pool.release(self._hint_decoder)
 
 
 class LocalRecognitionEngine:

@@ -1,0 +1,106 @@
+"""Phrase hints that bias recognition without giving up open speech.
+
+A stream with phrase hints is decoded twice, frame by frame: by the phrase-hint decoder
+(agent.speech.server.phrase_lm: the hints, carrier phrases, acknowledgements and everyday
+words) and by the general model's decoder. Whenever a hypothesis is asked for, the hint
+decoder's is kept if it *reads as the hints*: every word is a word of the phrases, carrier
+phrases or acknowledgements, and its mean log probability per word under a model of those
+phrases alone (:class:`PhraseJudge`) is at least :data:`MIN_MEAN_LN_PROB`. Otherwise the
+caller said something else, which the hint model can only spell with the nearest everyday
+words, and the general model's hypothesis is returned. Figures: docs/speech.md.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pocketsphinx
+
+#: a hint hypothesis whose words average below this log probability (natural log, per word
+#: and end of sentence) under the phrases' own model is open speech
+MIN_MEAN_LN_PROB = -4.0
+#: pocketsphinx's log base (``logbase``): language model scores are in these units
+_LN_LOGBASE = math.log(1.0001)
+_BOS, _EOS = "<s>", "</s>"
+
+
+@dataclass(frozen=True)
+class PhraseJudge:
+    """Tells a hypothesis that reads as the expected phrases from open speech.
+
+    *model* is a trigram model of the phrases alone (no background words); *words* its
+    vocabulary.
+    """
+
+    model: pocketsphinx.NGramModel
+    words: frozenset[str]
+    min_mean_ln_prob: float = MIN_MEAN_LN_PROB
+
+    def mean_ln_prob(self, words: Sequence[str], final: bool) -> float:
+        """Mean natural-log probability per word (and end of sentence when *final*)."""
+        history = [_BOS]
+        total = 0.0
+        targets = [*words, _EOS] if final else list(words)
+        for word in targets:
+            total += self.model.prob([word, *reversed(history[-2:])]) * _LN_LOGBASE
+            history.append(word)
+        return total / len(targets) if targets else 0.0
+
+    def accepts(self, words: Sequence[str], final: bool) -> bool:
+        if any(w not in self.words for w in words):
+            return False
+        return self.mean_ln_prob(words, final) >= self.min_mean_ln_prob
+
+
+class BiasedDecoder:
+    """A phrase-hint decoder and a general one fed the same audio; answers with the hint
+    decoder's hypothesis when the judge accepts it, else with the general one's.
+
+    Offers the part of ``pocketsphinx.Decoder`` that ``UtteranceRecognizer`` uses.
+    """
+
+    def __init__(self, hints: pocketsphinx.Decoder, general: pocketsphinx.Decoder, judge: PhraseJudge) -> None:
+        self.hints = hints
+        self.general = general
+        self._judge = judge
+        self._chosen: pocketsphinx.Decoder | None = None
+        self._final = False
+        #: final hypotheses taken from each decoder
+        self.hint_finals = 0
+        self.general_finals = 0
+
+    def start_utt(self) -> None:
+        self.hints.start_utt()
+        self.general.start_utt()
+        self._chosen, self._final = None, False
+
+    def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None:
+        self.hints.process_raw(audio, no_search, full_utt)
+        self.general.process_raw(audio, no_search, full_utt)
+        self._chosen = None
+
+    def end_utt(self) -> None:
+        self.hints.end_utt()
+        self.general.end_utt()
+        self._chosen, self._final = None, True
+
+    def hyp(self) -> Any:
+        return self._choose().hyp()
+
+    def seg(self) -> Any:
+        return self._choose().seg()
+
+    def _choose(self) -> pocketsphinx.Decoder:
+        if self._chosen is None:
+            hyp = self.hints.hyp()
+            words = hyp.hypstr.split() if hyp is not None else []
+            use_hints = not words or self._judge.accepts(words, self._final)
+            self._chosen = self.hints if use_hints else self.general
+            if self._final:
+                if use_hints:
+                    self.hint_finals += 1
+                else:
+                    self.general_finals += 1
+        return self._chosen
