@@ -62,6 +62,9 @@ class PeriodicityMeter:
         self._high = (freqs >= SIBILANT_BAND_HZ[0]) & (freqs <= SIBILANT_BAND_HZ[1])
         self._low = (freqs >= LOW_BAND_HZ[0]) & (freqs <= LOW_BAND_HZ[1])
         self._high_energy = self._low_energy = 0.0
+        self._rate_hz = sample_rate_hz
+        #: the pitch (Hz) of the latest window's periodicity peak; 0.0 when it was not periodic
+        self.pitch_hz = 0.0
 
     @property
     def sibilance_db(self) -> float:
@@ -87,6 +90,7 @@ class PeriodicityMeter:
 
     def periodicity(self, x: np.ndarray) -> float:
         x = x - x.mean()
+        self.pitch_hz = 0.0
         energy = float(np.dot(x, x))
         if energy < 1e-3 * len(x):
             self._high_energy = self._low_energy = 0.0
@@ -100,6 +104,7 @@ class PeriodicityMeter:
         peak = int(r.argmax())
         if peak == 0 or peak == len(r) - 1:
             return 0.0   # falling off from lag 0 (or still rising past the range): not a pitch
+        self.pitch_hz = self._rate_hz / (self._kmin + peak)
         return float(max(0.0, min(1.0, r[peak])))
 
 

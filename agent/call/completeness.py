@@ -1,0 +1,133 @@
+"""Is what the caller has said so far a finished sentence? Rules over the words alone.
+
+A small rule set over the interim transcript, for any sentence (not only the ones a dialplan
+expects): it looks at how the words end and whether a clause is there at all.
+
+* :attr:`Completeness.UNFINISHED`: the words end where English cannot stop -- on a function word
+  (a determiner, a preposition, "to", a conjunction, an auxiliary or modal, a subject pronoun),
+  a filler ("um"), a verb that still needs its object ("I need", "I was wondering", "tell me"),
+  an opener that announces the request ("I was wondering if", "could you"), a greeting alone
+  ("hi there") or a question word with no verb yet ("what days").
+* :attr:`Completeness.COMPLETE`: a clause with a verb that ends on a content word ("can I get
+  someone on the line", "my card was stolen yesterday"), or a closed short answer ("no",
+  "that's all", "goodbye", "yes please").
+* :attr:`Completeness.UNDECIDED`: anything else, typically a noun phrase ("my balance",
+  "checking account") that may be a whole answer or the start of one ("my card | was stolen").
+"""
+from __future__ import annotations
+
+import enum
+import re
+
+__all__ = ["Completeness", "completeness", "turn_words"]
+
+
+class Completeness(enum.Enum):
+    UNFINISHED = "unfinished"
+    UNDECIDED = "undecided"
+    COMPLETE = "complete"
+
+
+_WORD = re.compile(r"[a-z']+")
+
+DETERMINERS = frozenset("a an the my your our their his her its this that these those some any every each no "
+                        "another which whose what".split())
+PREPOSITIONS = frozenset("to of for with in on at from by about into onto like than through across over "
+                         "under after before until till during without within between against toward "
+                         "towards per via upon around".split())
+CONJUNCTIONS = frozenset("and or but so because if then when while whether although though unless since "
+                         "as nor".split())
+AUXILIARIES = frozenset("am is are was were be been being do does did have has had can could will would "
+                        "shall should may might must i'm i'd i'll i've you're you'd you'll we're we'd "
+                        "we'll they're it's that's there's what's gonna wanna gotta don't doesn't didn't can't "
+                        "cannot couldn't won't wouldn't shouldn't isn't aren't wasn't weren't haven't hasn't".split())
+SUBJECT_PRONOUNS = frozenset("i we they he she".split())
+#: "you" and "it" end a sentence ("thank you", "i lost it") unless an auxiliary is just before
+_AFTER_AUXILIARY = frozenset("you it".split())
+FILLERS = frozenset("um umm uh uhh er erm ah hmm mm".split())
+QUESTION_WORDS = frozenset("what when where who why how which".split())
+#: verbs that are rarely the last word of a request: their object or clause is still to come
+NEEDS_OBJECT = frozenset("need needed want wanted wanna like love tell give show let get make know wonder "
+                         "wondering wondered think thinking guess hope hoping try trying going mean check "
+                         "find ask asking put bring take speak talk say told".split())
+_OBJECT_PRONOUNS = frozenset("me us him her them".split())
+#: a verb of this list followed by an object pronoun still wants more ("tell me", "give me")
+_TWO_OBJECT_VERBS = frozenset("tell give show let get send bring ask".split())
+#: said first, a request follows ("i was wondering if", "could you", "is it possible to")
+_OPENERS = (("i", "was", "wondering"), ("i", "wonder"), ("could", "you"), ("can", "you"), ("would", "you"),
+            ("will", "you"), ("is", "it", "possible"), ("do", "you", "know"))
+GREETINGS = frozenset("hi hello hey hiya there good morning afternoon evening yes yeah oh okay ok so".split())
+_GREETING_HEADS = frozenset("hi hello hey hiya morning afternoon evening".split())
+#: whole answers that need no verb
+CLOSED_ANSWERS = frozenset({
+    "yes", "no", "yeah", "yep", "yup", "nope", "nah", "sure", "okay", "ok", "right", "correct", "exactly",
+    "thanks", "thank you", "bye", "goodbye", "good bye", "bye bye", "please", "yes please", "no thanks",
+    "no thank you", "that's all", "that is all", "that's it", "nothing", "nothing else", "not really",
+    "all set", "i'm all set", "i'm done", "i'm good", "of course", "absolutely", "definitely", "never mind",
+    "one more", "one more thing", "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    "representative", "operator", "agent", "a person", "a human", "someone",
+})
+_DIGIT_WORDS = frozenset("zero oh one two three four five six seven eight nine".split())
+#: words after which a clause has its verb ("my card was stolen"): auxiliaries, and common
+#: verbs in any form ("-ed", "-ing" and "-s" forms are also taken as verbs after a subject)
+COMMON_VERBS = frozenset("""
+need needs want wants like likes would check see know find get gets got put transfer
+help speak talk call close closes closed open opens opened start starts stop stops come comes
+go goes going work works pay paid lost stolen change send sent make done finish finished
+have has had do does did is are was were am be been tell give show let connect
+""".split()) | AUXILIARIES
+
+
+def turn_words(text: str) -> list[str]:
+    """The lower-case words of *text* (apostrophes kept: "i'd", "that's")."""
+    return _WORD.findall(text.lower().replace("’", "'"))
+
+
+def _has_verb(ws: list[str]) -> bool:
+    for i, w in enumerate(ws):
+        if w in COMMON_VERBS:
+            return True
+        if i > 0 and (w.endswith("ed") or w.endswith("ing")) and len(w) > 4:
+            return True
+    return False
+
+
+def _ends_unfinished(ws: list[str]) -> bool:
+    last = ws[-1]
+    before = ws[-2] if len(ws) > 1 else ""
+    if last in FILLERS:
+        return True
+    if last in _AFTER_AUXILIARY and (before in AUXILIARIES or before in CONJUNCTIONS):
+        return not (before in ("that's", "is", "was") and last == "it")
+    if last == "so" and before in ("think", "guess", "hope", "suppose"):
+        return False
+    if last in DETERMINERS | PREPOSITIONS | CONJUNCTIONS | AUXILIARIES | SUBJECT_PRONOUNS | QUESTION_WORDS:
+        # "that's it", "i think so", a tag like "is it" end a sentence on a function word
+        return not (before in ("that's", "is", "was", "do", "did", "have") and last in ("it", "that", "this"))
+    if last in NEEDS_OBJECT:
+        return not (last == "know" and before in ("don't", "not", "didn't"))  # "i don't know"
+    if last in _OBJECT_PRONOUNS and before in _TWO_OBJECT_VERBS:
+        return True
+    for opener in _OPENERS:
+        if tuple(ws[-len(opener):]) == opener:
+            return True
+    return False
+
+
+def completeness(text: str) -> Completeness:
+    """How finished the words so far are (see the module's docstring)."""
+    ws = turn_words(text)
+    core = [w for w in ws if w not in FILLERS]
+    if not ws or not core:
+        return Completeness.UNFINISHED if ws else Completeness.UNDECIDED
+    if " ".join(core) in CLOSED_ANSWERS or all(w in _DIGIT_WORDS for w in core):
+        return Completeness.COMPLETE if ws[-1] not in FILLERS else Completeness.UNFINISHED
+    if _ends_unfinished(ws):
+        return Completeness.UNFINISHED
+    if all(w in GREETINGS for w in core) and any(w in _GREETING_HEADS for w in core):
+        return Completeness.UNFINISHED  # "hi there": the request is still to come
+    if core[0] in QUESTION_WORDS and not _has_verb(core[1:]):
+        return Completeness.UNFINISHED  # "what days", "what time"
+    if _has_verb(core):
+        return Completeness.COMPLETE
+    return Completeness.UNDECIDED

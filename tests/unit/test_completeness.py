@@ -1,0 +1,37 @@
+"""The word rules that say whether what the caller said so far is a finished sentence."""
+import pytest
+
+from agent.call.completeness import Completeness, completeness
+
+UNFINISHED = [
+    "I would like to", "I was wondering if", "I was wondering", "could you", "um", "check my", "my account and",
+    "can I", "when can I", "I need", "I think", "I'm going to", "tell me", "what days", "what time does",
+    "that was", "I don't", "um, I need to know", "put me through", "hi there", "bye that i'd will", "no um",
+]
+COMPLETE = [
+    "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
+    "goodbye", "that's it", "thank you", "what are your opening hours", "what time is it", "i need help",
+    "i don't know", "no i don't think so", "hi there i'd like to know how much money is in my account",
+    "four four seven one", "how much cash i've got",
+]
+UNDECIDED = ["my card", "my balance", "checking account", ""]
+
+
+@pytest.mark.parametrize("text", UNFINISHED)
+def test_words_that_cannot_end_a_sentence_are_unfinished(text: str) -> None:
+    """A function word, a filler, a verb still wanting its object, an opener, a greeting alone
+    or a question word with no verb: the caller has more to say."""
+    assert completeness(text) is Completeness.UNFINISHED
+
+
+@pytest.mark.parametrize("text", COMPLETE)
+def test_a_clause_ending_on_a_content_word_or_a_closed_answer_is_complete(text: str) -> None:
+    """A verb and a content word at the end, or a whole short answer, is a finished sentence
+    whether or not any dialplan expects it."""
+    assert completeness(text) is Completeness.COMPLETE
+
+
+@pytest.mark.parametrize("text", UNDECIDED)
+def test_a_noun_phrase_alone_is_undecided(text: str) -> None:
+    """"my card" may be a whole answer or the start of "my card was stolen"."""
+    assert completeness(text) is Completeness.UNDECIDED
