@@ -1,22 +1,26 @@
-"""Deciding when the caller has finished a turn, from silence *and* meaning.
+"""Deciding when the caller has finished a turn, from the words, the voice and the silence.
 
-Common voice agents wait 300-800 ms of silence before answering. Here the
-silence needed depends on what the caller has said so far:
+The silence that ends a turn depends on what the caller has said so far and how they said it:
 
-* the words already make a complete request (the dialogue has an intent for
-  them): a short silence (``complete_silence_ms``, default 30 ms) ends the turn;
-* the words end like an unfinished phrase ("I would like to", "my account
-  and"): wait much longer (``continuation_silence_ms``);
-* anything else: ``incomplete_silence_ms``.
+* the words make a finished sentence (:mod:`agent.call.completeness`: a clause ending on a
+  content word, a closed answer), or a request of the current ask (an intent match, a
+  speed-up the words no longer need): a short silence (``complete_silence_ms``) ends the turn;
+* the words end where a sentence cannot ("I would like to", "I was wondering if", "my account
+  and", "hi there"): ``continuation_silence_ms``, even if an intent matches ("bye that i'd");
+* anything else ("my card", "checking account"): ``falling_silence_ms`` when the voice fell
+  at its end (:mod:`agent.call.prosody`), else ``incomplete_silence_ms``.
 
-:class:`TurnEndpointer` is pure: it is fed time stamps (seconds on the
-call's clock) and transcripts, and returns decisions; it never reads a clock.
+:class:`TurnEndpointer` is pure: it is fed time stamps (seconds on the call's clock) and
+transcripts, and returns decisions; it never reads a clock.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Callable
+
+from agent.call.completeness import Completeness, completeness
+from agent.call.prosody import FALL, ProsodyReading
 
 #: words after which a phrase is almost never finished
 CONTINUATION_WORDS = frozenset("""
@@ -72,17 +76,24 @@ def is_acknowledgement(text: str) -> bool:
 
 @dataclass(frozen=True)
 class EndpointerConfig:
+    #: finished words, or a request of the current ask
     complete_silence_ms: int = 30
+    #: words neither finished nor unfinished ("my card"), or nothing recognised
     incomplete_silence_ms: int = 800
+    #: unfinished words ("I would like to"): longer than a pause inside a sentence
     continuation_silence_ms: int = 1400
-    #: a turn needs this much speech before it can end on meaning alone
+    #: words neither finished nor unfinished, said with a voice that fell at the end
+    falling_silence_ms: int = 800
+    #: a turn needs this much speech before it can end on its words alone
     min_speech_ms: int = 150
-    #: a complete request in less speech than this ("no", "yes", or the first word of "what
-    #: time do you open" heard as "no" in the stop before "time") ends after
+    #: finished words in less speech than this ("no", "yes", or the first word of "what
+    #: time do you open" heard as "no" in the stop before "time") end after
     #: short_turn_silence_ms instead: a recogniser's guess at one short word is the least sure,
     #: and people stop inside words for longer than complete_silence_ms
     short_turn_ms: int = 300
     short_turn_silence_ms: int = 250
+    #: a prosody reading counts for the turn's end only if its voice ended this close to it
+    prosody_match_ms: int = 40
 
 
 @dataclass(frozen=True)
@@ -92,13 +103,26 @@ class EndOfTurn:
     speech_end_at: float
     #: when the decision was made (``speech_end_at`` + the silence waited)
     decided_at: float
-    reason: str  # "complete", "short", "incomplete", "continuation"
+    reason: str  # "complete", "short", "falling", "incomplete", "continuation"
     #: from the turn's first voice to its last (seconds)
     speech_s: float = 0.0
+    #: the recogniser's confidence in the words, when they are all its final results (else None)
+    confidence: float | None = None
 
     @property
     def silence_s(self) -> float:
         return self.decided_at - self.speech_end_at
+
+
+@dataclass(frozen=True)
+class TurnEndSignals:
+    """What the end of the turn is decided on, for the words so far."""
+
+    words: Completeness
+    #: the current ask has a sure intent for the words
+    request: bool
+    #: how the voice ended (:data:`agent.call.prosody.FALL`, ...; "none" when unknown)
+    prosody: str
 
 
 def _elapsed_ms(since: float, now: float) -> float:
@@ -115,26 +139,36 @@ class TurnEndpointer:
     Time stamps are seconds on the caller's clock; the silences it waits are the configured ``*_ms``."""
 
     def __init__(self, is_complete: Callable[[str], bool], config: EndpointerConfig | None = None,
-                 last_voiced_at: Callable[[], float] | None = None) -> None:
-        """*last_voiced_at*, when given, says when the caller's latest voiced frame ended: silence
+                 last_voiced_at: Callable[[], float] | None = None,
+                 prosody: Callable[[], ProsodyReading | None] | None = None) -> None:
+        """*is_complete*: do the words make a request of the current ask (a speed-up only).
+        *last_voiced_at*, when given, says when the caller's latest voiced frame ended: silence
         is counted from it, so a voice that comes back after the VAD reported the end (the last
-        sound of "balance" after a dip) is not talked over before the VAD reports it again."""
+        sound of "balance" after a dip) is not talked over before the VAD reports it again.
+        *prosody*, when given, reads how the latest voiced run ended."""
         self.config = config or EndpointerConfig()
         self._is_complete = is_complete
         self._last_voiced_at = last_voiced_at
+        self._prosody = prosody
         self.reset()
 
     def reset(self) -> None:
         """Forget the current turn (after a decision, or when the agent stops listening)."""
         self.text = ""
+        self.confidence: float | None = None
         self._speech_start: float | None = None
         self._speech_end: float | None = None  # None while the caller is speaking
         self._speaking = False
         self._complete_cache: tuple[str, bool] = ("", False)
+        self._words_cache: tuple[str, Completeness] = ("", Completeness.UNDECIDED)
 
     @property
     def in_turn(self) -> bool:
         return self._speech_start is not None
+
+    @property
+    def speaking(self) -> bool:
+        return self._speaking
 
     def on_speech_start(self, at: float) -> None:
         if self._speech_start is None:
@@ -150,26 +184,52 @@ class TurnEndpointer:
         self._speech_end = last_voiced_at
         return self.poll(now)
 
-    def on_transcript(self, text: str, now: float) -> EndOfTurn | None:
-        """An interim or final transcript of the turn so far."""
+    def on_transcript(self, text: str, now: float, confidence: float | None = None) -> EndOfTurn | None:
+        """An interim or final transcript of the turn so far; *confidence*: the recogniser's,
+        when *text* is made of final results only."""
         text = text.strip()
         if text:
             self.text = text
+            self.confidence = confidence
             if self._speech_start is None:
                 # The recogniser heard speech the VAD missed: treat it as a turn.
                 self._speech_start = now
                 self._speech_end = now
         return self.poll(now)
 
+    def signals(self) -> TurnEndSignals:
+        """The words' completeness, the ask's intent, and the voice's end, for the text so far."""
+        text = self.text
+        words = self._words(text)
+        request = bool(text) and words is not Completeness.UNFINISHED and self._complete(text)
+        return TurnEndSignals(words, request, self._prosody_cue())
+
+    def likely_end(self) -> bool:
+        """Would the words so far end the turn after a short silence (a reply worth preparing)?"""
+        signals = self.signals()
+        return bool(self.text) and (signals.request or signals.words is Completeness.COMPLETE)
+
     def required_silence_ms(self) -> int:
         """Silence that would end the turn given what has been said so far."""
+        return self._required()[0]
+
+    def _required(self) -> tuple[int, str]:
         c = self.config
-        text = self.text
-        if text and self._complete(text) and self._speech_ms() >= c.min_speech_ms:
-            return c.complete_silence_ms if self._speech_ms() >= c.short_turn_ms else c.short_turn_silence_ms
-        if looks_unfinished(text):
-            return c.continuation_silence_ms
-        return c.incomplete_silence_ms
+        if not self.text:
+            return c.incomplete_silence_ms, "incomplete"
+        signals = self.signals()
+        if signals.words is Completeness.UNFINISHED:
+            return c.continuation_silence_ms, "continuation"
+        if signals.request or signals.words is Completeness.COMPLETE:
+            speech_ms = self._speech_ms()
+            if speech_ms < c.min_speech_ms:
+                return c.incomplete_silence_ms, "incomplete"
+            if speech_ms < c.short_turn_ms:
+                return c.short_turn_silence_ms, "short"
+            return c.complete_silence_ms, "complete"
+        if signals.prosody == FALL:
+            return c.falling_silence_ms, "falling"
+        return c.incomplete_silence_ms, "incomplete"
 
     def poll(self, now: float) -> EndOfTurn | None:
         """Check the silence so far; call whenever time has passed."""
@@ -178,17 +238,11 @@ class TurnEndpointer:
         if self._last_voiced_at is not None:
             self._speech_end = max(self._speech_end, self._last_voiced_at())
         silence_ms = _elapsed_ms(self._speech_end, now)
-        if not self.text:
-            # Nothing recognised (yet): only a long silence ends a turn of noise.
-            if silence_ms < self.config.incomplete_silence_ms:
-                return None
-        need = self.required_silence_ms()
+        need, reason = self._required()
         if silence_ms < need:
             return None
-        reason = ("complete" if need == self.config.complete_silence_ms else
-                  "short" if need == self.config.short_turn_silence_ms else
-                  "continuation" if need == self.config.continuation_silence_ms else "incomplete")
-        decision = EndOfTurn(self.text, self._speech_end, now, reason, self._speech_ms() / 1000.0)
+        decision = EndOfTurn(self.text, self._speech_end, now, reason, self._speech_ms() / 1000.0,
+                             self.confidence)
         self.reset()
         return decision
 
@@ -196,14 +250,28 @@ class TurnEndpointer:
         """When :meth:`poll` could next decide, if nothing else happens (seconds)."""
         if self._speech_start is None or self._speaking or self._speech_end is None:
             return None
-        need_ms = self.required_silence_ms() if self.text else self.config.incomplete_silence_ms
-        return self._speech_end + need_ms / 1000.0
+        return self._speech_end + self.required_silence_ms() / 1000.0
 
     def _speech_ms(self) -> float:
         if self._speech_start is None:
             return 0.0
         end = self._speech_end if self._speech_end is not None else self._speech_start
         return max(0.0, _elapsed_ms(self._speech_start, end))
+
+    def _prosody_cue(self) -> str:
+        reading = self._prosody() if self._prosody is not None else None
+        if reading is None or self._speech_end is None:
+            return "none"
+        if abs(_elapsed_ms(reading.ended_at, self._speech_end)) > self.config.prosody_match_ms:
+            return "none"  # a reading of an earlier run, or the voice came back since
+        return reading.cue
+
+    def _words(self, text: str) -> Completeness:
+        cached_text, cached = self._words_cache
+        if cached_text != text or not text:
+            cached = completeness(text)
+            self._words_cache = (text, cached)
+        return cached
 
     def _complete(self, text: str) -> bool:
         cached_text, cached = self._complete_cache
