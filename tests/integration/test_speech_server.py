@@ -633,18 +633,20 @@ def _final_text(client: SpeechClient, text: str, **kwargs: object) -> str:
     return str(finals[0])
 
 
-def test_phrase_hints_decode_with_a_model_of_just_those_phrases(client: SpeechClient) -> None:
-    """speech_contexts phrases replace the general vocabulary for that stream only."""
+def test_phrase_hints_bias_towards_the_phrases_without_losing_other_speech(client: SpeechClient) -> None:
+    """speech_contexts phrases are recognised with their own model, for that stream only; speech
+    that does not read as the phrases is heard by the general model instead of being forced
+    into the nearest hint words."""
     from agent.speech.server.main import HintModels
 
     hints = ("check my balance", "opening hours", "talk to an agent", "goodbye")
     assert _final_text(client, "I would like to check my balance.", phrases=hints).endswith("check my balance")
-    # Hints that do not fit the audio: "balance" (neither hinted nor among the everyday
-    # words a hint model also knows) cannot be heard.
+    # Hints that do not fit the audio: "balance" (neither hinted nor among the everyday words
+    # the hint model knows) is heard all the same, by the general model alongside.
     assert "balance" not in HintModels().background_words()
     heard = _final_text(client, "Check my balance.", phrases=("open the door", "turn on the lights")).split()
-    assert heard and "balance" not in heard, heard
-    # The next stream without hints decodes with the general model again.
+    assert "balance" in heard, heard
+    # The next stream without hints decodes with the general model alone.
     assert "balance" in _final_text(client, "Check my balance.")
 
 
