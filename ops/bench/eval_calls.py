@@ -342,30 +342,35 @@ def _words(text: str) -> str:
 
 
 def similarity(a: str, b: str) -> float:
-    """How alike two texts are, 0..1 (difflib ratio of their lowercase words)."""
-    wa, wb = _words(a), _words(b)
+    """How much transcript *b* says of item text *a*, 0..1: the difflib ratio of their lowercase
+    words, or for a fragment of the turn (the line took part of it for a whole turn) the share of
+    its words found in order in *a*, discounted below three words."""
+    wa, wb = _words(a).split(), _words(b).split()
     if not wa or not wb:
         return 0.0
-    return difflib.SequenceMatcher(None, wa, wb).ratio()
+    ratio = difflib.SequenceMatcher(None, " ".join(wa), " ".join(wb)).ratio()
+    found = sum(m.size for m in difflib.SequenceMatcher(None, wb, wa).get_matching_blocks())
+    return max(ratio, found / len(wb) * min(1.0, len(wb) / 3.0) * 0.9)
 
 
 def pair_heard(steps: Sequence[EvalStep], heard: Sequence[Heard],
-               min_similarity: float = MIN_SIMILARITY) -> dict[int, Heard]:
-    """Scheduled items (by index) paired with the transcripts heard, in order, by their words:
-    the pairing with the greatest total similarity (noise bursts are never paired)."""
+               min_similarity: float = MIN_SIMILARITY) -> dict[int, list[Heard]]:
+    """Scheduled items (by index) with the transcripts heard of each, in order, by their words:
+    one item may be heard as several transcripts (the line ended the turn early and heard the
+    rest as another). The assignment with the greatest total similarity; noise never pairs."""
     n, m = len(steps), len(heard)
     sim = [[similarity(s.file.text, h.text) if s.file.phrasing != "noise" else 0.0 for h in heard] for s in steps]
     best = [[0.0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
         for j in range(m - 1, -1, -1):
-            take = sim[i][j] + best[i + 1][j + 1] if sim[i][j] >= min_similarity else -1.0
+            take = sim[i][j] + best[i][j + 1] if sim[i][j] >= min_similarity else -1.0
             best[i][j] = max(best[i + 1][j], best[i][j + 1], take)
-    out: dict[int, Heard] = {}
+    out: dict[int, list[Heard]] = {}
     i = j = 0
     while i < n and j < m:
-        if sim[i][j] >= min_similarity and best[i][j] == sim[i][j] + best[i + 1][j + 1]:
-            out[i] = heard[j]
-            i, j = i + 1, j + 1
+        if sim[i][j] >= min_similarity and best[i][j] == sim[i][j] + best[i][j + 1]:
+            out.setdefault(i, []).append(heard[j])
+            j += 1
         elif best[i][j] == best[i + 1][j]:
             i += 1
         else:
@@ -373,14 +378,20 @@ def pair_heard(steps: Sequence[EvalStep], heard: Sequence[Heard],
     return out
 
 
-def understood(expect: str | None, heard: Heard | None) -> str:
-    """``yes`` (the line decided what the turn asked), ``same_outcome`` (goodbye for
-    nothing_else or back), ``no``, or ``not_heard`` (no transcript paired with it)."""
-    if heard is None:
+def understood(expect: str | None, heard: Sequence[Heard] | Heard | None) -> str:
+    """``yes`` (the line decided what the turn asked, on its last transcript, and acted on no
+    other intent on an earlier part of it), ``same_outcome`` (goodbye for nothing_else or
+    back), ``no``, or ``not_heard`` (no transcript paired with it)."""
+    parts = [heard] if isinstance(heard, Heard) else list(heard or [])
+    if not parts:
         return "not_heard"
-    if heard.decision == expect:
+    allowed = {expect, "no_match", "none", "ignored"}
+    if any(h.decision not in allowed for h in parts[:-1]):
+        return "no"
+    last = parts[-1].decision
+    if last == expect:
         return "yes"
-    if expect in SAME_OUTCOME and heard.decision in SAME_OUTCOME:
+    if expect in SAME_OUTCOME and last in SAME_OUTCOME:
         return "same_outcome"
     return "no"
 
@@ -394,7 +405,7 @@ class ItemRow:
 
     step: EvalStep
     outcome: ItemOutcome | None      # None: not found on the wire (the call had ended)
-    heard: Heard | None
+    heard: tuple[Heard, ...]         # its transcripts (several: the line split the turn)
     understood: str | None           # None for items over a prompt
     tail_overlap: bool = False       # a cut-in after the request was made and understood
     calls: int = 1                   # concurrent calls of its round
@@ -432,12 +443,13 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
     turns), false stops (of backchannels and noise over the line's speech), barge-in stops."""
     rows = list(rows)
     latency, barge = [], []
-    paused = cut_ins = premature = in_pause = 0
+    paused = cut_ins = premature = in_pause = turns = turn_cut_ins = split = 0
     over = false_stops = 0
     asked = got = same = 0
     for r in rows:
         o = r.outcome
         if r.understood is not None:
+            split += len(r.heard) > 1
             asked += 1
             got += r.understood == "yes"
             same += r.understood in ("yes", "same_outcome")
@@ -450,6 +462,9 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
                 latency.append(o.reply_ms)
             if o.outcome in ("barge_in", "missed") and o.latency_ms is not None:
                 barge.append(o.latency_ms)
+        if o.item.kind in ("turn", "paused_turn") and o.outcome in ("turn", "cut_in", "no_reply"):
+            turns += 1
+            turn_cut_ins += o.outcome == "cut_in" and not r.tail_overlap
         if o.item.kind == "paused_turn" and o.outcome in ("turn", "cut_in", "no_reply"):
             paused += 1
             if o.outcome == "cut_in":
@@ -462,7 +477,7 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
             false_stops += o.outcome == "false_barge_in"
     return {"items": len(rows), "turn_latency_ms": _stats(latency), "barge_in_stop_ms": _stats(barge),
             "understood": [got, asked], "understood_same_outcome": [same, asked],
-            "paused_turns": paused, "cut_ins": cut_ins, "premature_cut_ins": premature, "cut_ins_in_pause": in_pause,
+            "split_turns": split, "cut_ins_all_turns": [turn_cut_ins, turns], "paused_turns": paused, "cut_ins": cut_ins, "premature_cut_ins": premature, "cut_ins_in_pause": in_pause,
             "false_stops": [false_stops, over]}
 
 
@@ -488,14 +503,15 @@ def _pct(pair: Sequence[int]) -> str:
 def format_conditions(table: Mapping[str, Mapping[str, Any]]) -> str:
     """The per-condition table, one line per condition (ms)."""
     head = (f"{'condition':<22} {'turns':>5} {'p50':>5} {'p95':>5} {'p99':>5}  {'understood':>13}  "
-            f"{'premature cut-ins':>17}  {'false stops':>13}  {'barge-in p95':>12}")
+            f"{'premature cut-ins':>17}  {'cut-ins, all':>13}  {'false stops':>13}  {'barge-in p95':>12}")
     lines = [head]
     for c, s in table.items():
         t, b = s["turn_latency_ms"], s["barge_in_stop_ms"]
         lat = f"{t['n']:>5} {t['p50']:>5.0f} {t['p95']:>5.0f} {t['p99']:>5.0f}" if t else f"{0:>5} {'-':>5} {'-':>5} {'-':>5}"
         cut = _pct([s["premature_cut_ins"], s["paused_turns"]])
         stop = f"{b['p95']:.0f} (n {b['n']})" if b else "-"
-        lines.append(f"{c:<22} {lat}  {_pct(s['understood']):>13}  {cut:>17}  {_pct(s['false_stops']):>13}  "
+        lines.append(f"{c:<22} {lat}  {_pct(s['understood']):>13}  {cut:>17}  {_pct(s['cut_ins_all_turns']):>13}  "
+                     f"{_pct(s['false_stops']):>13}  "
                      f"{stop:>12}")
     return "\n".join(lines)
 
@@ -510,7 +526,7 @@ def rows_of_call(steps: Sequence[EvalStep], outcomes: Sequence[ItemOutcome], rec
     pairs = pair_heard(steps, heard_turns(record))
     rows = []
     for k, s in enumerate(steps):
-        o, h = by_index.get(k), pairs.get(k)
+        o, h = by_index.get(k), tuple(pairs.get(k, ()))
         got = understood(s.expect, h) if s.expect is not None else None
         tail = bool(o is not None and o.outcome == "cut_in" and o.latency_ms is not None
                     and not o.item.in_pause(o.item.voiced_end_s + o.latency_ms / 1000.0)
@@ -523,8 +539,8 @@ def row_json(row: ItemRow) -> dict[str, Any]:
     f, o = row.step.file, row.outcome
     return {"at_ms": row.step.at_ms, "name": f.name, "kind": f.kind, "phrasing": f.phrasing, "engine": f.engine,
             "voice": f.voice, "rate": f.rate, "pause_ms": f.pause_ms, "text": f.text, "ask": row.step.ask,
-            "expect": row.step.expect, "heard": row.heard.text if row.heard else None,
-            "heard_at": row.heard.step if row.heard else None, "decision": row.heard.decision if row.heard else None,
+            "expect": row.step.expect, "heard": [h.text for h in row.heard],
+            "heard_at": [h.step for h in row.heard], "decisions": [h.decision for h in row.heard],
             "understood": row.understood, "outcome": o.outcome if o else "not_played",
             "latency_ms": o.latency_ms if o else None, "reply_ms": o.reply_ms if o else None,
             "tail_overlap": row.tail_overlap, "calls": row.calls}

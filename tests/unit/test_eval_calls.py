@@ -119,16 +119,21 @@ def test_the_decision_on_each_transcript_is_read_from_the_call_record():
 
 
 def test_transcripts_pair_with_the_items_they_say_in_order():
-    """Recognition errors still pair; a transcript of nothing scheduled and an item never
-    transcribed stay unpaired; noise never pairs."""
+    """Recognition errors still pair; a turn the line heard in two parts pairs with both, and is
+    understood only when its last part led to its intent and no earlier part to another; a
+    transcript of nothing scheduled and an item never transcribed stay unpaired; noise never pairs."""
     files = {f.name: f for f in corpus()}
     steps = [ec.EvalStep(0, files["noise-white"]), ec.EvalStep(1, files["balance-flite"], "balance"),
              ec.EvalStep(2, files["oos-1"], "no_match"), ec.EvalStep(3, files["hours-p-flite"], "hours")]
     heard = [ec.Heard("white noise", "menu", "no_match"), ec.Heard("say balanced flight", "menu", "balance"),
-             ec.Heard("cough", "anything_else", "no_match"), ec.Heard("um hours flights", "anything_else", "hours")]
+             ec.Heard("cough", "anything_else", "no_match"), ec.Heard("um hours", "anything_else", "no_match"),
+             ec.Heard("hours flights", "anything_else", "hours")]
     pairs = ec.pair_heard(steps, heard)
-    assert {k: h.text for k, h in pairs.items()} == {1: "say balanced flight", 3: "um hours flights"}
+    assert {k: [h.text for h in v] for k, v in pairs.items()} == {
+        1: ["say balanced flight"], 3: ["um hours", "hours flights"]}
     assert ec.understood("balance", pairs[1]) == "yes"
+    assert ec.understood("hours", pairs[3]) == "yes"
+    assert ec.understood("hours", [ec.Heard("", "", "balance"), ec.Heard("", "", "hours")]) == "no"
     assert ec.understood("no_match", pairs.get(2)) == "not_heard"
     assert ec.understood("nothing_else", ec.Heard("", "", "goodbye")) == "same_outcome"
     assert ec.understood("hours", ec.Heard("", "", "balance")) == "no"
@@ -167,7 +172,7 @@ def test_figures_by_condition():
     assert a["turn_latency_ms"]["n"] == 2 and a["turn_latency_ms"]["p50"] == 100.0   # 100, 300 (reply)
     assert a["understood"] == [3, 4] and a["barge_in_stop_ms"]["p95"] == 180.0
     assert (a["paused_turns"], a["cut_ins"], a["premature_cut_ins"], a["cut_ins_in_pause"]) == (2, 2, 1, 1)
-    assert a["false_stops"] == [1, 2]
+    assert a["false_stops"] == [1, 2] and a["cut_ins_all_turns"] == [1, 3]
     assert table["engine espeak-ng"]["understood"] == [0, 1]
     assert table["paused 400-549 ms"]["paused_turns"] == 2
     assert table["out-of-scope"]["understood"] == [1, 1] and "4 calls" in table
