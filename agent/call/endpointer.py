@@ -197,17 +197,19 @@ class TurnEndpointer:
                 self._speech_end = now
         return self.poll(now)
 
-    def signals(self) -> TurnEndSignals:
-        """The words' completeness, the ask's intent, and the voice's end, for the text so far."""
-        text = self.text
-        words = self._words(text)
+    def signals(self, text: str | None = None) -> TurnEndSignals:
+        """The words' completeness, the ask's intent, and the voice's end, for *text* (default:
+        the text so far)."""
+        text = self.text if text is None else text
+        words = self.words(text)
         request = bool(text) and words is not Completeness.UNFINISHED and self._complete(text)
         return TurnEndSignals(words, request, self._prosody_cue())
 
-    def likely_end(self) -> bool:
-        """Would the words so far end the turn after a short silence (a reply worth preparing)?"""
-        signals = self.signals()
-        return bool(self.text) and (signals.request or signals.words is Completeness.COMPLETE)
+    def likely_end(self, text: str | None = None) -> bool:
+        """Would *text* (default: the words so far) end the turn after the short silence?"""
+        text = self.text if text is None else text
+        signals = self.signals(text)
+        return bool(text) and (signals.request or signals.words is Completeness.COMPLETE)
 
     def required_silence_ms(self) -> int:
         """Silence that would end the turn given what has been said so far."""
@@ -266,7 +268,8 @@ class TurnEndpointer:
             return "none"  # a reading of an earlier run, or the voice came back since
         return reading.cue
 
-    def _words(self, text: str) -> Completeness:
+    def words(self, text: str) -> Completeness:
+        """How finished *text* is (cached for the latest text)."""
         cached_text, cached = self._words_cache
         if cached_text != text or not text:
             cached = completeness(text)
@@ -307,16 +310,27 @@ class TranscriptAssembler:
         self._taken = False
         #: when a barge-in set the open utterance's words aside (None: it did not)
         self._aside_at: float | None = None
+        #: the recogniser's confidence in each of the turn's finals (None: not given)
+        self._confidences: list[float | None] = []
 
     @property
     def text(self) -> str:
         return " ".join(x for x in [*self._finals, self._interim] if x)
 
+    @property
+    def confidence(self) -> float | None:
+        """The recogniser's confidence in the turn's words: the least of its finals', when the
+        text is made of finals only (None while an interim is part of it, or if not given)."""
+        if self._interim or not self._finals or any(c is None for c in self._confidences):
+            return None
+        return min(c for c in self._confidences if c is not None)
+
     def on_interim(self, text: str) -> str:
         self._interim = " ".join(self._strip(words(text)))
         return self.text
 
-    def on_final(self, text: str, last_voice_at: float | None = None) -> tuple[str, list[str]]:
+    def on_final(self, text: str, last_voice_at: float | None = None,
+                 confidence: float | None = None) -> tuple[str, list[str]]:
         """Close the recogniser's utterance; returns (turn text, words beyond those a turn
         decision took: the caller went on talking after the turn was taken).
 
@@ -329,9 +343,10 @@ class TranscriptAssembler:
         revision = self._aside_at is not None and last_voice_at is not None and last_voice_at <= self._aside_at
         self._interim, self._consumed, self._taken, self._aside_at = "", [], False, None
         if revision:
-            self._finals = []
+            self._finals, self._confidences = [], []
         elif rest:
             self._finals.append(" ".join(rest))
+            self._confidences.append(confidence)
         return self.text, extra
 
     def consume(self) -> str:
@@ -356,15 +371,17 @@ class TranscriptAssembler:
     def restore(self, state: TranscriptState) -> None:
         finals, self._interim, consumed, self._taken, self._aside_at = state
         self._finals, self._consumed = list(finals), list(consumed)
+        self._confidences = [None] * len(self._finals)  # not kept in a snapshot: unknown again
 
     def reset(self) -> None:
         """Forget the turn's words (not that the recogniser's open utterance was set aside: its
         final may still come)."""
         self._finals, self._interim, self._consumed, self._taken = [], "", [], False
+        self._confidences = []
 
     def _move_interim(self) -> None:
         self._consumed = self._consumed + words(self._interim)
-        self._finals = []
+        self._finals, self._confidences = [], []
         self._interim = ""
 
     def _strip(self, ws: list[str]) -> list[str]:

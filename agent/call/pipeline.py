@@ -1,4 +1,4 @@
-"""Per-frame work on pjmedia's clock thread: VAD, voice onset, a non-blocking push to the recogniser.
+"""Per-frame work on pjmedia's clock thread: VAD, voice onset, prosody, a non-blocking push to the recogniser.
 
 Time stamps are the reactor's ``seconds()`` (safe to read from any thread), so the
 reactor-side parts compare them with their own readings directly; only the frame's
@@ -11,6 +11,7 @@ from typing import Callable
 
 from agent.app.metrics import AgentMetrics
 from agent.call.ports import Reactor
+from agent.call.prosody import ProsodyTracker
 from agent.speech.api import RecognitionStream
 from media.convert import StreamResampler
 from media.playout import PlayoutBuffer
@@ -68,6 +69,8 @@ class MediaPipeline:
         self.asr_resampler: StreamResampler | None = None
         #: reactor seconds at the end of the latest voiced frame received
         self.last_voiced_at = 0.0
+        #: when set, how each voiced run ended (its pitch) is measured here for the endpointer
+        self.prosody: ProsodyTracker | None = None
         self.frames = 0
         self.deadline_misses = 0
 
@@ -85,6 +88,9 @@ class MediaPipeline:
             if self._gap_ms >= _RUN_GAP_MS:
                 self._run_ms = 0.0
                 self._onset_sent = False
+        prosody = self.prosody
+        if prosody is not None:
+            prosody.feed(pcm, self._vad.last_frame_voiced, now)
         recorder = self.recorder
         if recorder is not None:
             recorder.append(pcm)

@@ -33,6 +33,7 @@ from agent.call.barge import BargeController
 from agent.call.bargein import BargeIn, BargeInConfig
 from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, is_backchannel
 from agent.call.pipeline import PERIODIC_VOICE, SIBILANT_DB, MediaPipeline
+from agent.call.prosody import ProsodyTracker
 from agent.call.ports import CallControl, PromptCache, Reactor, cancel
 from agent.call.record import CallInfo, CallOutcome, Turn, call_record
 from agent.call.recording import Recorder
@@ -101,11 +102,13 @@ class CallSession:
         self.media = MediaPipeline(reactor, self.vad, self._on_vad_events, metrics, self.settings.frame_ms)
         self.media.playout = self.playout
         self.media.on_onset = self._on_voice_onset
+        self.media.prosody = ProsodyTracker(self.settings.frame_ms, rate_hz)
         self.speaker = PromptPlayer(reactor, speech, self.playout, prompts, metrics, rate_hz, self._on_tts_error)
         self.transcripts = TranscriptAssembler()
         self.turn_taker = TurnTaker(reactor, self.transcripts, self.settings.endpointer, self._is_complete,
                                     lambda: self.media.last_voiced_at, lambda: self.dialogue, self.speaker, metrics,
-                                    on_end_of_turn=self._on_end_of_turn, on_no_input=self._no_input)
+                                    on_end_of_turn=self._on_end_of_turn, on_no_input=self._no_input,
+                                    prosody=lambda: self.media.prosody.latest if self.media.prosody else None)
         self.barge = BargeController(reactor, self.media, self.playout, self.transcripts, self.settings.barge_in,
                                      _BargeHooks(self), metrics, self.log_fields)
         self.steps = ExternalSteps(reactor, control, lambda: self.dialogue, webhooks, model, metrics,
@@ -255,7 +258,8 @@ class CallSession:
             return
         text = text.strip()
         self._asr_failures = 0
-        turn_text, extra = self.transcripts.on_final(text, last_voice_at=self.media.last_voiced_at)
+        turn_text, extra = self.transcripts.on_final(text, last_voice_at=self.media.last_voiced_at,
+                                                     confidence=confidence)
         log.info("call {call_id} heard {text!r} ({confidence:.2f})", text=text, confidence=confidence,
                  **self.log_fields)
         last_speech_end = self.turn_taker.last_speech_end
@@ -316,13 +320,13 @@ class CallSession:
         self.barge.on_turn_taken(decision.speech_end_at)
         spec = self.turn_taker.take_speculation()
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_at)
-        if spec is not None and spec.text == decision.text:
+        if spec is not None and spec.answers(decision):
             self._use_speculation(spec)
             return
         if spec is not None:
             self.turn_taker.drop_speculation(spec)
         t0 = self._reactor.seconds()
-        actions = self.dialogue.on_transcript(decision.text)
+        actions = self.dialogue.on_transcript(decision.text, confidence=decision.confidence)
         if self._metrics:
             self._metrics.dialogue_step.observe(self._reactor.seconds() - t0)
         self._run(actions)

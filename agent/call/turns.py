@@ -2,10 +2,11 @@
 
 :class:`TurnTaker` feeds the VAD's speech start/end and the recogniser's words to the
 :class:`~agent.call.endpointer.TurnEndpointer`, polls it when its next deadline comes,
-and hands each :class:`~agent.call.endpointer.EndOfTurn` to the session. While the
-caller's silence is being confirmed, words that already make a complete request
-are answered ahead on a fork of the dialogue (a :class:`Speculation`), whose first
-prompt starts synthesising at once; the session uses it if the turn ends on the same words.
+and hands each :class:`~agent.call.endpointer.EndOfTurn` to the session. Words that
+may end the turn -- finished words, a request of the ask, or any words not left unfinished
+once the caller is quiet -- are answered ahead on a fork of the dialogue (a
+:class:`Speculation`), whose first prompt starts synthesising at once; the session uses it
+if the turn ends on the same words, and it is dropped, unheard, if the caller goes on.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import Callable
 from twisted.internet.interfaces import IDelayedCall
 
 from agent.app.metrics import AgentMetrics
+from agent.call.completeness import Completeness
 from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, TurnEndpointer
+from agent.call.prosody import ProsodyReading
 from agent.call.ports import Reactor, cancel
 from agent.call.reply import PromptPlayer
 from agent.dialplan.engine import Action, DialogueSession, Listen, Say
@@ -34,6 +37,12 @@ class Speculation:
     #: audio synthesised ahead, by prompt text (ends with b"" once complete)
     prepared: dict[str, list[bytes]] = field(default_factory=dict)
     streams: tuple[SynthesisStream, ...] = ()
+    #: the recogniser's confidence the dialogue was given with the words
+    confidence: float | None = None
+
+    def answers(self, decision: EndOfTurn) -> bool:
+        """Was this reply worked out on the words (and confidence) the turn ended with?"""
+        return self.text == decision.text and self.confidence == decision.confidence
 
 
 class TurnTaker:
@@ -42,11 +51,11 @@ class TurnTaker:
     def __init__(self, reactor: Reactor, transcripts: TranscriptAssembler, config: EndpointerConfig,
                  is_complete: Callable[[str], bool], last_voiced_at: Callable[[], float],
                  dialogue: Callable[[], DialogueSession], player: PromptPlayer, metrics: AgentMetrics | None,
-                 on_end_of_turn: Callable[[EndOfTurn], None], on_no_input: Callable[[], None]) -> None:
+                 on_end_of_turn: Callable[[EndOfTurn], None], on_no_input: Callable[[], None],
+                 prosody: Callable[[], ProsodyReading | None] | None = None) -> None:
         self._reactor = reactor
         self.transcripts = transcripts
-        self.endpointer = TurnEndpointer(is_complete, config, last_voiced_at=last_voiced_at)
-        self._is_complete = is_complete
+        self.endpointer = TurnEndpointer(is_complete, config, last_voiced_at=last_voiced_at, prosody=prosody)
         self._dialogue = dialogue
         self._player = player
         self._metrics = metrics
@@ -101,15 +110,19 @@ class TurnTaker:
         self.caller_speaking = False
         self.last_speech_end = at
         if self.listening:
-            self._handle(self.endpointer.on_speech_end(at, self._reactor.seconds()))
+            decision = self.endpointer.on_speech_end(at, self._reactor.seconds())
+            if decision is None:
+                self._speculate(self.transcripts.text)
+            self._handle(decision)
             if self.listen is not None and not self.endpointer.in_turn:
                 self.start_no_input(self.listen.no_input_timeout_ms)
 
     def on_words(self, text: str) -> None:
         """The turn's words so far (from an interim or a final)."""
         if self.listening:
-            self._speculate(text)
-            self._handle(self.endpointer.on_transcript(text, self._reactor.seconds()))
+            confidence = self.transcripts.confidence
+            self._speculate(text, confidence)
+            self._handle(self.endpointer.on_transcript(text, self._reactor.seconds(), confidence))
 
     def take_interrupting_turn(self, started_at: float, last_voiced_at: float) -> None:
         """A barge-in became the caller's turn: it began at *started_at*; decide on its words."""
@@ -142,16 +155,27 @@ class TurnTaker:
         if self._metrics:
             self._metrics.speculations.labels("discarded").inc()
 
-    def _speculate(self, text: str) -> None:
-        """The words so far make a request: prepare the reply before the turn is certain."""
-        if self.speculation is not None and self.speculation.text == text:
+    def _speculate(self, text: str, confidence: float | None = None) -> None:
+        """The words so far may end the turn: prepare the reply before the turn is certain.
+
+        While the caller speaks, only words that would end the turn after the short silence
+        are answered ahead; once they are quiet, any words not left unfinished (the reply to
+        "my card" is ready if the longer silence confirms it)."""
+        spec = self.speculation
+        if spec is not None and spec.text == text and spec.confidence == confidence:
+            return
+        if not text or not self.listening:
+            self.drop_speculation()
+            return
+        worth = (self.endpointer.likely_end(text) if self.caller_speaking
+                 else self.endpointer.words(text) is not Completeness.UNFINISHED)
+        if not worth:
+            self.drop_speculation()
             return
         self.drop_speculation()
-        if not text or not self._is_complete(text):
-            return
         t0 = self._reactor.seconds()
         fork = self._dialogue().fork()
-        actions = fork.on_transcript(text)
+        actions = fork.on_transcript(text, confidence=confidence)
         if self._metrics:
             self._metrics.dialogue_step.observe(self._reactor.seconds() - t0)
         prepared: dict[str, list[bytes]] = {}
@@ -161,7 +185,7 @@ class TurnTaker:
         if first is not None and ahead is not None:
             prepared[first.text], stream = ahead
             streams.append(stream)
-        self.speculation = Speculation(text, fork, tuple(actions), prepared, tuple(streams))
+        self.speculation = Speculation(text, fork, tuple(actions), prepared, tuple(streams), confidence)
 
     # -- endpointing ----------------------------------------------------------------
     def _handle(self, decision: EndOfTurn | None) -> None:
