@@ -1,0 +1,62 @@
+"""ops/bench/asr-wer's scoring: text normalisation and word-level Levenshtein distance."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from functools import lru_cache
+from importlib.machinery import SourceFileLoader
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@lru_cache(maxsize=1)
+def bench() -> Any:
+    """ops/bench/asr-wer as a module (it is a script without .py)."""
+    loader = SourceFileLoader("asr_wer_bench", os.path.join(ROOT, "ops", "bench", "asr-wer"))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[loader.name] = module
+    loader.exec_module(module)
+    return module
+
+
+def test_normalisation_lowercases_drops_punctuation_and_spells_numbers() -> None:
+    """Both sides are compared as lower-case words: punctuation, pause marks and hyphens go,
+    apostrophes inside words stay, numbers are words (long digit strings digit by digit)."""
+    normalize = bench().normalize
+    assert normalize("Alright, I'm off!") == ["all", "right", "i'm", "off"]
+    assert normalize("I would like to | check my balance.") == "i would like to check my balance".split()
+    assert normalize("open at 9 on the 21st") == ["open", "at", "nine", "on", "the", "21st"]
+    assert normalize("it's 105") == ["it's", "one", "hundred", "five"]
+    assert normalize("4471 0923") == ["four", "thousand", "four", "hundred", "seventy", "one",
+                                      "nine", "hundred", "twenty", "three"]
+    assert normalize("account 447109") == ["account"] + "four four seven one zero nine".split()
+    assert normalize("mm-hmm, OK") == ["mm", "hmm", "okay"]
+
+
+def test_edit_distance_counts_substitutions_deletions_and_insertions() -> None:
+    """Word-level Levenshtein distance, each edit costing one."""
+    distance = bench().edit_distance
+    ref = "check my balance".split()
+    assert distance(ref, ref) == 0
+    assert distance(ref, "check my ballots".split()) == 1           # substitution
+    assert distance(ref, "check balance".split()) == 1              # deletion
+    assert distance(ref, "check my account balance".split()) == 1   # insertion
+    assert distance(ref, []) == 3
+    assert distance([], "uh huh".split()) == 2
+    assert distance("a b c d".split(), "b c d e".split()) == 2
+
+
+def test_wer_is_errors_over_reference_words_across_utterances() -> None:
+    """A tally sums errors and reference words over utterances, so long utterances weigh more;
+    exact counts utterances with no error."""
+    tally = bench().Tally()
+    tally.add("check my balance", "Check my balance.")
+    tally.add("what are your opening hours", "what are you opening")
+    tally.add("goodbye", "good bye")
+    assert (tally.errors, tally.words, tally.utterances, tally.exact) == (2, 10, 3, 2)
+    assert tally.wer == 0.2
+    assert bench().Tally().wer == 0.0

@@ -1,0 +1,99 @@
+"""Phrase hints beside the general model (agent.speech.server.biasing): the judge that tells a
+hint hypothesis from open speech, and the pair of decoders that answers with one of them."""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+import pocketsphinx
+
+from agent.speech.server import phrase_lm
+from agent.speech.server.biasing import BiasedDecoder, PhraseJudge
+
+PHRASES = ("check my balance", "what are your opening hours", "talk to an agent", "goodbye")
+
+
+def judge() -> PhraseJudge:
+    sents = phrase_lm.sentences(PHRASES + phrase_lm.CARRIER_PHRASES)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "phrases.arpa")
+        with open(path, "w") as f:
+            f.write(phrase_lm.build_arpa(sents))
+        model = pocketsphinx.NGramModel(pocketsphinx.Config(loglevel="FATAL"), pocketsphinx.LogMath(), path)
+    return PhraseJudge(model, frozenset(w for s in sents for w in s))
+
+
+def test_the_phrases_and_their_carriers_read_as_the_hints() -> None:
+    """A hint phrase, alone or wrapped in carrier words, is accepted, final or partial."""
+    j = judge()
+    for text in ("check my balance", "i would like to check my balance", "goodbye", "talk to an agent please"):
+        assert j.accepts(text.split(), final=True), text
+    assert j.accepts("what are your".split(), final=False)
+
+
+def test_other_words_or_a_salad_of_hint_words_is_open_speech() -> None:
+    """A word outside the phrases, or hint words in an order no phrase has, is not accepted."""
+    j = judge()
+    assert not j.accepts("my card was stolen".split(), final=True)
+    assert not j.accepts("balance hours my agent what check".split(), final=True)
+    assert j.mean_ln_prob("check my balance".split(), True) > j.mean_ln_prob("balance my check".split(), True)
+
+
+@dataclass
+class Hyp:
+    hypstr: str
+
+
+class FakeDecoder:
+    """Records the audio it is fed; says *text*."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.fed = 0
+        self.utterances = 0
+        self.ended = 0
+
+    def start_utt(self) -> None:
+        self.utterances += 1
+
+    def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None:
+        self.fed += len(audio)
+
+    def end_utt(self) -> None:
+        self.ended += 1
+
+    def hyp(self) -> Hyp | None:
+        return Hyp(self.text) if self.text else None
+
+    def seg(self) -> list[str]:
+        return self.text.split()
+
+
+def test_both_decoders_hear_everything_and_the_judge_picks_the_answer() -> None:
+    """Each decoder is fed the same audio and utterance boundaries; the hint decoder answers
+    when its hypothesis reads as the hints, the general one otherwise, hypothesis and words
+    alike."""
+    hints, general = FakeDecoder("check my balance"), FakeDecoder("check my balance please")
+    pair = BiasedDecoder(hints, general, judge())
+    pair.start_utt()
+    pair.process_raw(bytes(320))
+    assert pair.hyp().hypstr == "check my balance"
+    hints.text, general.text = "my the check balance of", "my card was stolen"
+    pair.process_raw(bytes(320))
+    assert pair.hyp().hypstr == "my card was stolen"
+    assert pair.seg() == ["my", "card", "was", "stolen"]
+    pair.end_utt()
+    assert pair.hyp().hypstr == "my card was stolen"
+    assert (hints.fed, general.fed, hints.utterances, general.utterances, hints.ended, general.ended) == (
+        640, 640, 1, 1, 1, 1)
+    assert (pair.hint_finals, pair.general_finals) == (0, 1)
+
+
+def test_silence_from_the_hint_decoder_stays_silence() -> None:
+    """When the hint decoder heard no words (a noise), the pair says nothing either."""
+    pair = BiasedDecoder(FakeDecoder(""), FakeDecoder("the"), judge())
+    pair.start_utt()
+    pair.process_raw(bytes(320))
+    pair.end_utt()
+    assert pair.hyp() is None
