@@ -29,8 +29,10 @@ from agent.app.control import SipCallControl
 from agent.app.prompt_cache import PromptAudioCache
 from agent.app.speech_process import SpeechServerProcess
 from agent.app.web import Admin, Health
+from agent.dialplan import semantic
+from agent.dialplan.asks import _matcher
 from agent.dialplan.engine import DialogueSession
-from agent.dialplan.model import Dialplan, static_prompts
+from agent.dialplan.model import AskStep, Dialplan, static_prompts
 from agent.dialplan.store import DialplanStore
 from agent.integrations.webhook import call_webhook
 from agent.call.endpointer import EndpointerConfig
@@ -117,6 +119,8 @@ class AgentServer:
                  digest=getattr(new, "digest", "")[:12])
         if self.speech is not None:
             self.warm_prompt_cache()
+        threads.deferToThread(prepare_intent_matchers, new).addErrback(
+            lambda f: log.failure("intent matchers of the reloaded dialplans", f))
 
     # -- start / stop ---------------------------------------------------------
     @defer.inlineCallbacks
@@ -154,6 +158,7 @@ class AgentServer:
         self._health_loop.clock = self.reactor
         self._health_loop.start(5.0, now=False)
         yield self.warm_prompt_cache()
+        yield threads.deferToThread(prepare_intent_matchers, self.dialplan)
         self.store.watch(1.0)
         self._start_web()
         self._start_sip()
@@ -530,6 +535,17 @@ class AgentServer:
         up = 200 <= code < 300 and expiration > 0
         self.metrics.registration_up.set(1 if up else 0)
         log.info("registration: {code} {reason} (expires in {exp} s)", code=code, reason=reason, exp=expiration)
+
+
+def prepare_intent_matchers(dialplan: Dialplan) -> int:
+    """Load the sentence encoder and build every ask's intent matcher now (off the reactor), so
+    no call pays for them in the middle of a turn; returns how many asks were prepared."""
+    semantic.preload()
+    asks = [step for flow in dialplan.flows.values() for step in flow.steps if isinstance(step, AskStep)]
+    for ask in asks:
+        if ask.intents:
+            _matcher(ask)
+    return len(asks)
 
 
 def stop_reactor(reactor: Any) -> None:

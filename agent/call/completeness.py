@@ -51,6 +51,9 @@ NEEDS_OBJECT = frozenset("need needed want wanted wanna like love tell give show
                          "wondering wondered think thinking guess hope hoping try trying going mean check "
                          "find ask asking put bring take speak talk say told".split())
 _OBJECT_PRONOUNS = frozenset("me us him her them".split())
+#: verbs that end a clause whose object came first ("how much i have")
+_OBJECT_FRONTED_VERBS = frozenset("have has had do does did got need want".split())
+_FRONTED = frozenset("what much many all which whatever".split())
 #: a verb of this list followed by an object pronoun still wants more ("tell me", "give me")
 _TWO_OBJECT_VERBS = frozenset("tell give show let get send bring ask".split())
 #: said first, a request follows ("i was wondering if", "could you", "is it possible to")
@@ -101,6 +104,8 @@ def _ends_unfinished(ws: list[str]) -> bool:
         return not (before in ("that's", "is", "was") and last == "it")
     if last == "so" and before in ("think", "guess", "hope", "suppose"):
         return False
+    if last in _OBJECT_FRONTED_VERBS and before in SUBJECT_PRONOUNS | {"you"} and _FRONTED & set(ws[:-2]):
+        return False  # "how much i have", "what you did": the object came first
     if last in DETERMINERS | PREPOSITIONS | CONJUNCTIONS | AUXILIARIES | SUBJECT_PRONOUNS | QUESTION_WORDS:
         # "that's it", "i think so", a tag like "is it" end a sentence on a function word
         return not (before in ("that's", "is", "was", "do", "did", "have") and last in ("it", "that", "this"))

@@ -12,7 +12,7 @@ COMPLETE = [
     "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
     "goodbye", "that's it", "thank you", "what are your opening hours", "what time is it", "i need help",
     "i don't know", "no i don't think so", "hi there i'd like to know how much money is in my account",
-    "four four seven one", "how much cash i've got",
+    "four four seven one", "how much cash i've got", "how much i have", "what i need",
 ]
 UNDECIDED = ["my card", "my balance", "checking account", ""]
 

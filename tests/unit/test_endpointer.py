@@ -1,6 +1,7 @@
 """TurnEndpointer and TranscriptAssembler on scripted timelines (written in milliseconds, fed as seconds; no clock)."""
 import pytest
 
+from agent.call.prosody import ProsodyReading
 from agent.call.endpointer import (
     EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, looks_unfinished,
 )
@@ -184,3 +185,79 @@ def test_assembler_drops_a_set_aside_voices_late_revision_but_not_words_of_a_new
     a.on_interim("you")
     a.set_aside(at=10.0)
     assert a.on_final("you what time", last_voice_at=10.2) == ("what time", [])
+
+
+# -- turn-end signals beyond the intent match -----------------------------------------------
+def test_a_finished_sentence_with_no_intent_ends_after_the_short_silence():
+    """An out-of-scope "my card was stolen yesterday" gets its answer (a reprompt) as fast as a
+    request of the ask: finished words need no intent for the short silence."""
+    ep = make()
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("my card was stolen yesterday", ms(1500))
+    assert ep.on_speech_end(ms(1600), ms(1630)) is None
+    d = ep.poll(ms(1660))
+    assert d is not None and d.reason == "complete" and d.silence_s == pytest.approx(ms(60))
+
+
+def test_unfinished_words_wait_even_when_an_intent_matches():
+    """ "hi there I'd like to..." heard mid-breath as "bye that i'd will" matches goodbye, but
+    ends on a modal: the continuation silence, not the short one, ends it."""
+    ep = TurnEndpointer(lambda text: True, EndpointerConfig(complete_silence_ms=60, continuation_silence_ms=1000))
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("bye that i'd will", ms(700))
+    ep.on_speech_end(ms(800), ms(830))
+    assert ep.poll(ms(1700)) is None and ep.next_deadline() == pytest.approx(ms(1800))
+    ep.on_speech_start(ms(1100))  # the breath is over: "...like to know how much is in my account"
+    ep.on_transcript("bye that i'd like to know how much is in my account", ms(2900))
+    ep.on_speech_end(ms(3000), ms(3030))
+    d = ep.poll(ms(3060))
+    assert d is not None and d.reason == "complete" and d.text.endswith("my account")
+
+
+def reading(ended_at_ms: float, slope: float) -> ProsodyReading:
+    return ProsodyReading(ms(ended_at_ms), slope, 0.0, 1.0, 20)
+
+
+def test_undecided_words_said_with_a_falling_voice_wait_the_falling_silence():
+    """ "my balance" (no verb: an answer, or the start of one) ends after falling_silence_ms when
+    the voice fell at its end, after incomplete_silence_ms when it stayed level."""
+    config = EndpointerConfig(complete_silence_ms=60, falling_silence_ms=300, incomplete_silence_ms=800)
+    for slope, need_ms, reason in ((-20.0, 300, "falling"), (0.0, 800, "incomplete")):
+        ep = TurnEndpointer(lambda text: False, config, prosody=lambda: reading(1000, slope))
+        ep.on_speech_start(ms(0))
+        ep.on_transcript("my balance", ms(900))
+        ep.on_speech_end(ms(1000), ms(1030))
+        assert ep.poll(ms(1000 + need_ms - 1)) is None
+        d = ep.poll(ms(1000 + need_ms))
+        assert d is not None and d.reason == reason
+
+
+def test_a_prosody_reading_of_an_earlier_voiced_run_is_ignored():
+    """A fall measured at the end of an earlier run (600 ms before this one ended) says nothing
+    about how the turn ends: the undecided words wait the incomplete silence."""
+    config = EndpointerConfig(falling_silence_ms=300, incomplete_silence_ms=800)
+    ep = TurnEndpointer(lambda text: False, config, prosody=lambda: reading(400, -30.0))
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("my balance", ms(900))
+    ep.on_speech_end(ms(1000), ms(1030))
+    assert ep.poll(ms(1300)) is None
+    assert ep.poll(ms(1800)).reason == "incomplete"
+
+
+def test_the_recognisers_confidence_goes_with_the_decision():
+    """Words made of final results carry the recogniser's confidence to the decision; an interim
+    carries none."""
+    ep = make()
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("check my balance", ms(900), confidence=0.42)
+    ep.on_speech_end(ms(1000), ms(1030))
+    assert ep.poll(ms(1060)).confidence == 0.42
+    a = TranscriptAssembler()
+    a.on_final("check my", confidence=0.9)
+    assert a.confidence == 0.9
+    a.on_interim("balance")
+    assert a.confidence is None
+    a.on_final("balance", confidence=0.6)
+    assert a.confidence == 0.6
+    a.consume()
+    assert a.confidence is None

@@ -1,0 +1,138 @@
+"""TurnTaker on a twisted Clock: when the caller's turn is taken, and the reply prepared ahead."""
+from __future__ import annotations
+
+import pytest
+from twisted.internet.task import Clock
+
+from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler
+from agent.call.turns import TurnTaker
+from agent.dialplan.engine import Listen, Say
+
+REPROMPT = Say("Sorry, I can help with balances and opening hours.", "kal16", True, cache_key=None)
+
+
+class FakeStream:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakePlayer:
+    """Synthesis ahead: records what it was asked to prepare."""
+
+    def __init__(self) -> None:
+        self.streams: list[tuple[str, FakeStream]] = []
+
+    def prepare(self, say: Say) -> tuple[list[bytes], FakeStream]:
+        stream = FakeStream()
+        self.streams.append((say.text, stream))
+        return [b"audio"], stream
+
+
+class FakeDialogue:
+    """Answers anything with the reprompt; forks are new fakes that remember what they heard."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, float | None]] = []
+
+    def fork(self) -> FakeDialogue:
+        return FakeDialogue()
+
+    def on_transcript(self, text: str, confidence: float | None = None) -> list:
+        self.heard.append((text, confidence))
+        return [REPROMPT, Listen(5000)]
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.voiced_at = 0.0
+        self.player = FakePlayer()
+        self.decisions: list[EndOfTurn] = []
+        self.transcripts = TranscriptAssembler()
+        config = EndpointerConfig(complete_silence_ms=30, falling_silence_ms=300, incomplete_silence_ms=800,
+                                  continuation_silence_ms=1000)
+        self.turns = TurnTaker(self.clock, self.transcripts, config, lambda text: False, lambda: self.voiced_at,
+                               FakeDialogue, self.player, None, on_end_of_turn=self.decisions.append,
+                               on_no_input=lambda: None)
+        self.turns.start_listening(Listen(5000), caller_turn_began=False)
+
+    def speak(self, ms: int) -> None:
+        """The caller's voice from now for *ms* (the VAD's start, voiced frames), then quiet."""
+        self.turns.on_speech_start(self.clock.seconds())
+        self.clock.advance(ms / 1000.0)
+        self.voiced_at = self.clock.seconds()
+
+    def words(self, text: str) -> None:
+        self.turns.on_words(self.transcripts.on_interim(text))
+
+    def quiet(self) -> None:
+        """The VAD reports the end 30 ms after the last voiced frame."""
+        self.clock.advance(0.03)
+        self.turns.on_speech_end(self.voiced_at)
+
+
+def test_an_out_of_scope_finished_sentence_is_answered_after_the_short_silence_from_a_reply_prepared_ahead():
+    """ "my card was stolen yesterday" matches no intent, but it is a finished sentence: its reply
+    (the reprompt) is prepared while the caller is still speaking and the turn ends 30 ms into
+    the silence, on the clock, with that prepared reply."""
+    h = Harness()
+    h.speak(1500)
+    h.words("my card was stolen yesterday")
+    assert h.turns.speculation is not None and h.player.streams[0][0] == REPROMPT.text
+    h.quiet()
+    assert len(h.decisions) == 1 and h.decisions[0].reason == "complete"
+    assert h.decisions[0].silence_s == pytest.approx(0.03)
+    spec = h.turns.take_speculation()
+    assert spec is not None and spec.answers(h.decisions[0])
+
+
+def test_undecided_words_get_a_reply_prepared_once_the_caller_is_quiet_and_dropped_when_they_go_on():
+    """ "my card" prepares nothing while spoken; once quiet its reply is prepared during the
+    longer silence; when the caller goes on ("was stolen") that reply is cancelled before any
+    audio went out, and the turn ends on the whole sentence."""
+    h = Harness()
+    h.speak(600)
+    h.words("my card")
+    assert h.turns.speculation is None
+    h.quiet()
+    first = h.turns.speculation
+    assert first is not None and first.text == "my card" and not h.decisions
+    h.clock.advance(0.4)  # a 430 ms pause: no decision
+    assert not h.decisions
+    h.speak(700)
+    h.words("my card was stolen")
+    assert h.player.streams[0][1].cancelled
+    h.quiet()
+    assert [d.text for d in h.decisions] == ["my card was stolen"]
+    assert h.turns.take_speculation().text == "my card was stolen"
+
+
+def test_an_unfinished_phrase_is_not_cut_during_a_700_ms_pause_and_prepares_nothing():
+    """ "I would like to" then 700 ms of silence: no decision and no reply prepared; the turn
+    ends after the rest of the sentence."""
+    h = Harness()
+    h.speak(900)
+    h.words("i would like to")
+    h.quiet()
+    h.clock.advance(0.67)
+    assert not h.decisions and h.turns.speculation is None and not h.player.streams
+    h.speak(900)
+    h.words("i would like to check how much i have")
+    h.quiet()
+    assert len(h.decisions) == 1 and h.decisions[0].text == "i would like to check how much i have"
+
+
+def test_an_unfinished_phrase_ends_after_the_continuation_silence():
+    """A caller who stops for good after "I was wondering if" is answered after the
+    continuation silence (1 s here), not left waiting."""
+    h = Harness()
+    h.speak(900)
+    h.words("i was wondering if")
+    h.quiet()
+    h.clock.advance(0.96)
+    assert not h.decisions
+    h.clock.advance(0.01)
+    assert len(h.decisions) == 1 and h.decisions[0].reason == "continuation"
