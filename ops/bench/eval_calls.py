@@ -188,11 +188,11 @@ def _event_dict(event: Any) -> dict[str, Any]:
 def plan_eval_call(files: Sequence[EvalFile], rng: random.Random, turns: int, session: DialogueSession,
                    examples: Mapping[str, str], prompt_ms: Callable[[str, str], int], *,
                    over_prompt: bool = True, interruption_at_ms: int = INTERRUPTION_AT_MS,
-                   end_call: bool = True) -> list[EvalStep]:
+                   end_call: bool = True, cycle: Sequence[str] = TURN_CYCLE) -> list[EvalStep]:
     """One call's schedule against the dialplan *session* runs (a fresh session, started here).
 
     Over the greeting and menu: backchannels and noise, then an in-scope turn interrupting
-    the menu. Then *turns* turns of phrasing kinds :data:`TURN_CYCLE`, each waiting for the
+    the menu. Then *turns* turns of phrasing kinds *cycle* (in turn), each waiting for the
     reply to the previous one, each followed by a noise or backchannel over the reply's first
     prompt when it is long enough. With *end_call*: an ending answer last, then "yes" for its
     confirmation. *prompt_ms(text, voice)* is how long the line says a prompt.
@@ -256,7 +256,7 @@ def plan_eval_call(files: Sequence[EvalFile], rng: random.Random, turns: int, se
         listen = _listen(actions)
         if listen is None or _ends(actions):
             break
-        phrasing = TURN_CYCLE[k % len(TURN_CYCLE)]
+        phrasing = cycle[k % len(cycle)]
         oos = decks.get(("out-of-scope", None))
         if phrasing == "out-of-scope" and oos and _decides(session, "") == "no_match":
             f = oos.draw()
@@ -275,7 +275,7 @@ def plan_eval_call(files: Sequence[EvalFile], rng: random.Random, turns: int, se
     if not endings:
         return steps
     intent = rng.choice(endings)
-    paused = TURN_CYCLE[turns % len(TURN_CYCLE)] == "paused"
+    paused = cycle[turns % len(cycle)] == "paused"
     deck = (decks.get(("paused", intent)) if paused else None) or decks.get(("in-scope", intent))
     f = deck.draw() if deck else None
     if f is None:
