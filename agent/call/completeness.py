@@ -44,7 +44,7 @@ AUXILIARIES = frozenset("am is are was were be been being do does did have has h
 SUBJECT_PRONOUNS = frozenset("i we they he she".split())
 #: "you" and "it" end a sentence ("thank you", "i lost it") unless an auxiliary is just before
 _AFTER_AUXILIARY = frozenset("you it".split())
-FILLERS = frozenset("um umm uh uhh er erm ah hmm mm".split())
+FILLERS = frozenset("um umm uh uhh er erm ah oh hmm mm".split())
 QUESTION_WORDS = frozenset("what when where who why how which".split())
 #: verbs that are rarely the last word of a request: their object or clause is still to come
 NEEDS_OBJECT = frozenset("need needed want wanted wanna like love tell give show let get make know wonder "
@@ -125,7 +125,7 @@ def completeness(text: str) -> Completeness:
     core = [w for w in ws if w not in FILLERS]
     if not ws or not core:
         return Completeness.UNFINISHED if ws else Completeness.UNDECIDED
-    if " ".join(core) in CLOSED_ANSWERS or all(w in _DIGIT_WORDS for w in core):
+    if " ".join(core) in CLOSED_ANSWERS or all(w in _DIGIT_WORDS for w in ws):
         return Completeness.COMPLETE if ws[-1] not in FILLERS else Completeness.UNFINISHED
     if _ends_unfinished(ws):
         return Completeness.UNFINISHED

@@ -76,8 +76,13 @@ def is_acknowledgement(text: str) -> bool:
 
 @dataclass(frozen=True)
 class EndpointerConfig:
-    #: finished words, or a request of the current ask
+    #: a request of the current ask (an intent match) in words not left unfinished
     complete_silence_ms: int = 30
+    #: finished words that are no request of the ask ("my card was stolen yesterday"): the
+    #: pauses between a sentence's words are often this long, so only the voice's fall at
+    #: the end (falling_finished_silence_ms) lets it be shorter
+    finished_silence_ms: int = 30
+    falling_finished_silence_ms: int = 30
     #: words neither finished nor unfinished ("my card"), or nothing recognised
     incomplete_silence_ms: int = 800
     #: unfinished words ("I would like to"): longer than a pause inside a sentence
@@ -103,7 +108,7 @@ class EndOfTurn:
     speech_end_at: float
     #: when the decision was made (``speech_end_at`` + the silence waited)
     decided_at: float
-    reason: str  # "complete", "short", "falling", "incomplete", "continuation"
+    reason: str  # "complete", "finished", "short", "falling", "incomplete", "continuation"
     #: from the turn's first voice to its last (seconds)
     speech_s: float = 0.0
     #: the recogniser's confidence in the words, when they are all its final results (else None)
@@ -228,7 +233,11 @@ class TurnEndpointer:
                 return c.incomplete_silence_ms, "incomplete"
             if speech_ms < c.short_turn_ms:
                 return c.short_turn_silence_ms, "short"
-            return c.complete_silence_ms, "complete"
+            if signals.request:
+                return c.complete_silence_ms, "complete"
+            if signals.prosody == FALL:
+                return c.falling_finished_silence_ms, "finished"
+            return c.finished_silence_ms, "finished"
         if signals.prosody == FALL:
             return c.falling_silence_ms, "falling"
         return c.incomplete_silence_ms, "incomplete"

@@ -16,7 +16,7 @@ COMPLETE = {"check my balance", "what are your opening hours", "goodbye"}
 
 def make() -> TurnEndpointer:
     return TurnEndpointer(lambda text: text in COMPLETE, EndpointerConfig(
-        complete_silence_ms=60, incomplete_silence_ms=800, continuation_silence_ms=1400))
+        complete_silence_ms=60, finished_silence_ms=60, incomplete_silence_ms=800, continuation_silence_ms=1400))
 
 
 def test_complete_request_ends_after_a_short_silence():
@@ -55,7 +55,7 @@ def test_unfinished_phrase_waits_through_a_500_ms_pause():
     ep.on_transcript("i would like to check my balance", ms(2100))
     assert ep.on_speech_end(ms(2200), ms(2240)) is None
     d = ep.poll(ms(2260))  # the whole phrase is a finished sentence, though not an intent example
-    assert d is not None and d.reason == "complete" and d.text.endswith("check my balance")
+    assert d is not None and d.reason == "finished" and d.text.endswith("check my balance")
 
 
 def test_words_that_are_not_a_request_wait_the_incomplete_silence():
@@ -196,7 +196,7 @@ def test_a_finished_sentence_with_no_intent_ends_after_the_short_silence():
     ep.on_transcript("my card was stolen yesterday", ms(1500))
     assert ep.on_speech_end(ms(1600), ms(1630)) is None
     d = ep.poll(ms(1660))
-    assert d is not None and d.reason == "complete" and d.silence_s == pytest.approx(ms(60))
+    assert d is not None and d.reason == "finished" and d.silence_s == pytest.approx(ms(60))
 
 
 def test_unfinished_words_wait_even_when_an_intent_matches():
@@ -261,3 +261,18 @@ def test_the_recognisers_confidence_goes_with_the_decision():
     assert a.confidence == 0.6
     a.consume()
     assert a.confidence is None
+
+
+def test_finished_words_with_no_intent_end_sooner_when_the_voice_fell():
+    """Finished words that are no request of the ask ("my card was stolen") wait
+    falling_finished_silence_ms after a falling voice, finished_silence_ms after a level one:
+    the pauses between a sentence's words are as long as the shorter silence."""
+    config = EndpointerConfig(finished_silence_ms=400, falling_finished_silence_ms=200)
+    for slope, need_ms in ((-20.0, 200), (0.0, 400)):
+        ep = TurnEndpointer(lambda text: False, config, prosody=lambda: reading(1000, slope))
+        ep.on_speech_start(ms(0))
+        ep.on_transcript("my card was stolen", ms(900))
+        ep.on_speech_end(ms(1000), ms(1030))
+        assert ep.poll(ms(1000 + need_ms - 1)) is None
+        d = ep.poll(ms(1000 + need_ms))
+        assert d is not None and d.reason == "finished"

@@ -52,8 +52,8 @@ class Harness:
         self.player = FakePlayer()
         self.decisions: list[EndOfTurn] = []
         self.transcripts = TranscriptAssembler()
-        config = EndpointerConfig(complete_silence_ms=30, falling_silence_ms=300, incomplete_silence_ms=800,
-                                  continuation_silence_ms=1000)
+        config = EndpointerConfig(complete_silence_ms=30, finished_silence_ms=30, falling_silence_ms=300,
+                                  incomplete_silence_ms=800, continuation_silence_ms=1000)
         self.turns = TurnTaker(self.clock, self.transcripts, config, lambda text: False, lambda: self.voiced_at,
                                FakeDialogue, self.player, None, on_end_of_turn=self.decisions.append,
                                on_no_input=lambda: None)
@@ -83,7 +83,7 @@ def test_an_out_of_scope_finished_sentence_is_answered_after_the_short_silence_f
     h.words("my card was stolen yesterday")
     assert h.turns.speculation is not None and h.player.streams[0][0] == REPROMPT.text
     h.quiet()
-    assert len(h.decisions) == 1 and h.decisions[0].reason == "complete"
+    assert len(h.decisions) == 1 and h.decisions[0].reason == "finished"
     assert h.decisions[0].silence_s == pytest.approx(0.03)
     spec = h.turns.take_speculation()
     assert spec is not None and spec.answers(h.decisions[0])
