@@ -2,13 +2,16 @@
 
 The silence that ends a turn depends on what the caller has said so far and how they said it:
 
-* the words make a finished sentence (:mod:`agent.call.completeness`: a clause ending on a
-  content word, a closed answer), or a request of the current ask (an intent match, a
-  speed-up the words no longer need): a short silence (``complete_silence_ms``) ends the turn;
-* the words end where a sentence cannot ("I would like to", "I was wondering if", "my account
+* a request of the current ask (an intent match) in words not left unfinished: a short
+  silence (``complete_silence_ms``);
+* a finished sentence (:mod:`agent.call.completeness`: a clause ending on a content word, a
+  closed answer) that is no request of the ask ("my card was stolen yesterday"):
+  ``finished_silence_ms`` (``falling_finished_silence_ms`` when the voice fell at its end,
+  :mod:`agent.call.prosody`); the reply, a reprompt, is prepared during it;
+* words ending where a sentence cannot ("I would like to", "I was wondering if", "my account
   and", "hi there"): ``continuation_silence_ms``, even if an intent matches ("bye that i'd");
-* anything else ("my card", "checking account"): ``falling_silence_ms`` when the voice fell
-  at its end (:mod:`agent.call.prosody`), else ``incomplete_silence_ms``.
+* anything else ("my card", "checking account"): ``incomplete_silence_ms``
+  (``falling_silence_ms`` after a falling voice).
 
 :class:`TurnEndpointer` is pure: it is fed time stamps (seconds on the call's clock) and
 transcripts, and returns decisions; it never reads a clock.
@@ -78,11 +81,12 @@ def is_acknowledgement(text: str) -> bool:
 class EndpointerConfig:
     #: a request of the current ask (an intent match) in words not left unfinished
     complete_silence_ms: int = 30
-    #: finished words that are no request of the ask ("my card was stolen yesterday"): the
-    #: pauses between a sentence's words are often this long, so only the voice's fall at
-    #: the end (falling_finished_silence_ms) lets it be shorter
-    finished_silence_ms: int = 30
-    falling_finished_silence_ms: int = 30
+    #: finished words that are no request of the ask ("my card was stolen yesterday"): longer,
+    #: because a misrecognised half-sentence reads as finished as often as a real one does
+    #: (values chosen on the evaluation corpus: docs/latency.md); after a voice that fell at
+    #: its end, falling_finished_silence_ms
+    finished_silence_ms: int = 600
+    falling_finished_silence_ms: int = 600
     #: words neither finished nor unfinished ("my card"), or nothing recognised
     incomplete_silence_ms: int = 800
     #: unfinished words ("I would like to"): longer than a pause inside a sentence
@@ -99,6 +103,12 @@ class EndpointerConfig:
     short_turn_silence_ms: int = 250
     #: a prosody reading counts for the turn's end only if its voice ended this close to it
     prosody_match_ms: int = 40
+
+    @property
+    def uses_prosody(self) -> bool:
+        """Does a falling voice shorten any silence (else the voice's pitch need not be measured)?"""
+        return (self.falling_finished_silence_ms < self.finished_silence_ms
+                or self.falling_silence_ms < self.incomplete_silence_ms)
 
 
 @dataclass(frozen=True)

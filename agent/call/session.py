@@ -102,7 +102,8 @@ class CallSession:
         self.media = MediaPipeline(reactor, self.vad, self._on_vad_events, metrics, self.settings.frame_ms)
         self.media.playout = self.playout
         self.media.on_onset = self._on_voice_onset
-        self.media.prosody = ProsodyTracker(self.settings.frame_ms, rate_hz)
+        if self.settings.endpointer.uses_prosody:
+            self.media.prosody = ProsodyTracker(self.settings.frame_ms, rate_hz)
         self.speaker = PromptPlayer(reactor, speech, self.playout, prompts, metrics, rate_hz, self._on_tts_error)
         self.transcripts = TranscriptAssembler()
         self.turn_taker = TurnTaker(reactor, self.transcripts, self.settings.endpointer, self._is_complete,

@@ -13,6 +13,7 @@ import pytest
 
 from agent.dialplan.engine import DialogueSession
 from agent.dialplan.model import load_dialplan
+from agent.call.endpointer import EndpointerConfig
 from agent.call.session import CallSession, SessionSettings
 from media.convert import rms_dbfs
 from media.vad import VadConfig
@@ -778,3 +779,49 @@ def test_an_acknowledgement_with_a_stop_inside_keeps_its_words_when_the_voice_co
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
     h.play_out()
     assert not h.session.turns[0].agent_prompts[0].interrupted
+
+
+def test_an_out_of_scope_finished_sentence_gets_its_reprompt_after_the_finished_silence():
+    """ "my card was stolen yesterday" matches no intent of the menu but is a finished sentence:
+    the reprompt is prepared during the silence and plays after finished_silence_ms (600 ms),
+    not after the 800 ms that words neither finished nor unfinished wait."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    before = len(h.said())
+    h.tick(40, caller=tone_frame())
+    h.asr_interim("my card was stolen yesterday")
+    h.tick(55)  # 550 ms of silence
+    assert len(h.said()) == before
+    h.tick(10)
+    turn = h.session.turns[-1]
+    assert turn.caller_text == "my card was stolen yesterday" and len(h.said()) > before
+    assert turn.latency_ms is not None and 600.0 <= turn.latency_ms <= 630.0, turn.latency_ms
+
+
+def test_the_dialogue_is_given_the_recognisers_confidence_in_a_final_turn():
+    """A turn decided on the recogniser's final results hands its confidence to the dialogue."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    heard = []
+    real = h.session.dialogue.on_transcript
+    h.session.dialogue.on_transcript = lambda text, confidence=None: heard.append(confidence) or real(text, confidence)
+    h.tick(40, caller=tone_frame())
+    h.session._on_final("my balance", 0.73)  # undecided words: the turn ends 800 ms on
+    h.tick(90)
+    assert heard == [0.73]
+
+
+def test_the_voice_pitch_is_measured_only_when_a_falling_voice_shortens_a_silence():
+    """With the default silences a falling voice changes nothing, so the media thread does not
+    measure pitch; a configuration that uses it gets a prosody tracker fed every frame."""
+    h = Harness()
+    assert h.session.media.prosody is None
+    settings = SessionSettings(endpointer=EndpointerConfig(finished_silence_ms=600, falling_finished_silence_ms=200))
+    session = CallSession("c2", h.dialogue, h.speech, h.control, h.reactor, settings=settings)
+    assert session.media.prosody is not None
+    for _ in range(20):
+        session.media.push_frame(tone_frame())
+    session.media.push_frame(bytes(FRAME))
+    assert session.media.prosody.latest is not None
