@@ -57,6 +57,13 @@ def match_intent(ask: AskStep, text: str) -> IntentMatch | None:
     return None
 
 
+def said_in_words(ask: AskStep, text: str, intent: str) -> bool:
+    """Whether *text* carries *intent* in the ask's own words (its examples, synonyms, keys),
+    not by a resemblance of meaning alone."""
+    matcher = _matcher(ask)
+    return any(m.name == intent and m.score >= matcher.threshold for m in matcher.scores(text))
+
+
 def intent_named(ask: AskStep, match: IntentMatch) -> Intent:
     """The ask's intent that *match* names."""
     for intent in ask.intents:

@@ -24,7 +24,7 @@ from agent.dialplan.actions import (
     Action, AskModel, CallWebhook, DialogueEvent, Hangup, Listen, Record, Say, Transfer,
     WebhookRequest, WebhookResult,
 )
-from agent.dialplan.asks import DTMF_KEYS, intent_named, listen_for, match_intent
+from agent.dialplan.asks import DTMF_KEYS, intent_named, listen_for, match_intent, said_in_words
 from agent.dialplan.escalation import END, OFFER, Question
 from agent.dialplan.intents import IntentMatch, normalize
 from agent.dialplan.model import (
@@ -232,10 +232,7 @@ class DialogueSession(FlowRunner):
         if match is not None:
             intent = intent_named(ask, match)
             kind = self._consequence(ask, intent)
-            confirm = ask.settings.confirm
-            sure = match.score >= confirm.min_score and (
-                confidence is None or confidence >= confirm.min_confidence)
-            if kind is not None and not sure:
+            if kind is not None and not _sure(ask, match, confidence):
                 return self._ask_question(ask, Question(kind, intent.goto, intent, match, text))
             return self._answered(ask, intent, match, text)
         if slot is not None and slot.type == "text" and text.strip():
@@ -526,18 +523,22 @@ class DialogueSession(FlowRunner):
         """The caller's reply to the open question: *reply* yes, no or None (neither)."""
         question = self._question
         assert question is not None
+        heard_clearly = confidence is None or confidence >= ask.settings.confirm.min_confidence
         if question.kind == OFFER and text is not None:
-            # "I need a person, not a machine" accepts the offer, whatever its "not" says.
+            # "I need a person, not a machine" accepts the offer, whatever its "not" says; only
+            # in the dialplan's words and heard clearly: a misheard answer must not put the caller through.
             match = match_intent(ask, text)
-            if match is not None and intent_named(ask, match).goto == question.target:
+            if match is not None and intent_named(ask, match).goto == question.target \
+                    and said_in_words(ask, text, match.name) and heard_clearly:
                 reply = "yes"
         if reply is None and text is not None:
             match = match_intent(ask, text)
             if match is not None:
-                # An answer to the ask instead: asking for the same thing again is a yes.
+                # An answer to the ask instead: asking for the same thing again, in its own words, is a yes.
                 intent = intent_named(ask, match)
                 if intent.goto == question.target:
-                    reply = "yes"
+                    if said_in_words(ask, text, match.name) and (question.kind != OFFER or heard_clearly):
+                        reply = "yes"
                 else:
                     self._question = None
                     self._record("answer", text="other")
@@ -564,6 +565,12 @@ class DialogueSession(FlowRunner):
             self._say_into(actions, template, ask.settings)
         actions.append(listen_for(ask))
         return actions
+
+
+def _sure(ask: AskStep, match: IntentMatch, confidence: float | None) -> bool:
+    """Sure enough of *match* to act on it without asking: its score and the recogniser's confidence."""
+    confirm = ask.settings.confirm
+    return match.score >= confirm.min_score and (confidence is None or confidence >= confirm.min_confidence)
 
 
 def _yes_no_listen(ask: AskStep) -> Listen:

@@ -258,3 +258,25 @@ def test_a_request_for_a_person_in_reply_to_the_offer_accepts_it_despite_a_no_wo
     session.on_transcript("purple")
     session.on_transcript("elephants")
     assert isinstance(session.on_transcript("a real person, not a machine")[-1], Transfer)
+
+
+def test_an_unsure_request_for_a_person_in_reply_to_the_offer_asks_again_instead_of_transferring() -> None:
+    """A misheard reply that only resembles a request for a person must not put the caller through:
+    below the confirmation's confidence the offer is put once more, and nothing is transferred."""
+    session = call()
+    session.on_transcript("purple", confidence=0.9)
+    session.on_transcript("elephants", confidence=0.9)
+    again = session.on_transcript("a real person", confidence=0.3)
+    assert not any(isinstance(a, Transfer) for a in again)
+    assert says(again) == ["I'm having trouble understanding. Would you like to speak to a person?"]
+    assert isinstance(session.on_transcript("yes", confidence=0.9)[-1], Transfer)
+
+
+def test_a_reply_to_the_offer_that_only_resembles_a_request_for_a_person_does_not_transfer() -> None:
+    """A misheard reply ("but the total in my living", near "a live agent" by meaning alone) is not
+    taken as accepting the offer: only the dialplan's own words for a person are."""
+    session = call()
+    session.on_transcript("purple", confidence=0.9)
+    session.on_transcript("elephants", confidence=0.9)
+    reply = session.on_transcript("but the total in my living", confidence=0.9)
+    assert not any(isinstance(a, Transfer) for a in reply)
