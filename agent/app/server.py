@@ -435,6 +435,8 @@ class AgentServer:
             first_prompt_delay_ms=self.config.media.first_prompt_delay_ms,
             endpointer=EndpointerConfig(
                 complete_silence_ms=self.config.endpointing.complete_silence_ms,
+                finished_silence_ms=self.config.endpointing.finished_silence_ms,
+                falling_finished_silence_ms=self.config.endpointing.finished_silence_ms,
                 incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,
                 continuation_silence_ms=self.config.endpointing.continuation_silence_ms,
                 short_turn_silence_ms=self.config.endpointing.short_turn_silence_ms))

@@ -82,3 +82,15 @@ def test_jitter_buffer_is_capped_at_40_ms_unless_configured(tmp_path):
     assert (m.jb_init_ms, m.jb_max_ms) == (0, 40)
     p.write_text("media:\n  jitter_buffer:\n    max_ms: -1\n")
     assert load_config(str(p)).media.jb_max_ms == -1
+
+
+def test_finished_sentence_silence_is_configurable_and_must_be_positive(tmp_path):
+    """endpointing.finished_silence_ms (600 by default) is read from the config; 0 is refused at its line."""
+    assert load_config(None).endpointing.finished_silence_ms == 600
+    p = tmp_path / "c.yaml"
+    p.write_text("endpointing:\n  finished_silence_ms: 450\n")
+    assert load_config(str(p)).endpointing.finished_silence_ms == 450
+    p.write_text("endpointing:\n  finished_silence_ms: 0\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    assert str(e.value).startswith(f"{p}:2:24: config.endpointing.finished_silence_ms")
