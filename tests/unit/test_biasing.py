@@ -32,11 +32,20 @@ def test_the_phrases_and_their_carriers_read_as_the_hints() -> None:
     assert j.accepts("what are your".split(), final=False)
 
 
+def test_an_everyday_word_inside_a_phrase_still_reads_as_the_hints() -> None:
+    """One word outside the phrases costs OTHER_WORD_LN_PROB, not the whole hypothesis: "check
+    my current balance" is still the hinted request."""
+    j = judge()
+    assert "current" not in j.words
+    assert j.accepts("i want to check my current balance".split(), final=True)
+
+
 def test_other_words_or_a_salad_of_hint_words_is_open_speech() -> None:
     """A word outside the phrases, or hint words in an order no phrase has, is not accepted."""
     j = judge()
     assert not j.accepts("my card was stolen".split(), final=True)
     assert not j.accepts("balance hours my agent what check".split(), final=True)
+    assert not j.accepts("lead need the to someone please".split(), final=True)
     assert j.mean_ln_prob("check my balance".split(), True) > j.mean_ln_prob("balance my check".split(), True)
 
 

@@ -3,11 +3,11 @@
 A stream with phrase hints is decoded twice, frame by frame: by the phrase-hint decoder
 (agent.speech.server.phrase_lm: the hints, carrier phrases, acknowledgements and everyday
 words) and by the general model's decoder. Whenever a hypothesis is asked for, the hint
-decoder's is kept if it *reads as the hints*: every word is a word of the phrases, carrier
-phrases or acknowledgements, and its mean log probability per word under a model of those
-phrases alone (:class:`PhraseJudge`) is at least :data:`MIN_MEAN_LN_PROB`. Otherwise the
-caller said something else, which the hint model can only spell with the nearest everyday
-words, and the general model's hypothesis is returned. Figures: docs/speech.md.
+decoder's is kept if it *reads as the hints*: its mean log probability per word under a model
+of the phrases, carrier phrases and acknowledgements alone (:class:`PhraseJudge`), a word
+outside them counting :data:`OTHER_WORD_LN_PROB`, is at least :data:`MIN_MEAN_LN_PROB`.
+Otherwise the caller said something else, which the hint model can only spell with the nearest
+everyday words, and the general model's hypothesis is returned. Figures: docs/speech.md.
 """
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ import pocketsphinx
 
 #: a hint hypothesis whose words average below this log probability (natural log, per word
 #: and end of sentence) under the phrases' own model is open speech
-MIN_MEAN_LN_PROB = -4.0
+MIN_MEAN_LN_PROB = -3.5
+#: what a word outside the phrases (one of the hint model's everyday words) counts
+OTHER_WORD_LN_PROB = -6.0
 #: pocketsphinx's log base (``logbase``): language model scores are in these units
 _LN_LOGBASE = math.log(1.0001)
 _BOS, _EOS = "<s>", "</s>"
@@ -37,6 +39,7 @@ class PhraseJudge:
     model: pocketsphinx.NGramModel
     words: frozenset[str]
     min_mean_ln_prob: float = MIN_MEAN_LN_PROB
+    other_word_ln_prob: float = OTHER_WORD_LN_PROB
 
     def mean_ln_prob(self, words: Sequence[str], final: bool) -> float:
         """Mean natural-log probability per word (and end of sentence when *final*)."""
@@ -44,13 +47,14 @@ class PhraseJudge:
         total = 0.0
         targets = [*words, _EOS] if final else list(words)
         for word in targets:
-            total += self.model.prob([word, *reversed(history[-2:])]) * _LN_LOGBASE
+            if word != _EOS and word not in self.words:
+                total += self.other_word_ln_prob
+            else:
+                total += self.model.prob([word, *reversed(history[-2:])]) * _LN_LOGBASE
             history.append(word)
         return total / len(targets) if targets else 0.0
 
     def accepts(self, words: Sequence[str], final: bool) -> bool:
-        if any(w not in self.words for w in words):
-            return False
         return self.mean_ln_prob(words, final) >= self.min_mean_ln_prob
 
 
