@@ -1,12 +1,13 @@
 """A small trigram language model (ARPA text) built from phrase hints.
 
 The embedded speech server decodes with pocketsphinx's general 130k-word
-English model unless a request carries Riva ``speech_contexts``: then it
-decodes with a model of those phrases instead. For the few dozen phrases a
+English model; when a request carries Riva ``speech_contexts`` it also decodes
+with a model of those phrases and keeps that decoder's hypothesis when it reads
+as the phrases (agent.speech.server.biasing). For the few dozen phrases a
 dialplan expects, recognition is both more accurate (a caller's "check my
-balance" can no longer become "chuck my ballots") and faster (a search over a
-few hundred words instead of the whole dictionary), which is what lets the
-endpointer answer after a short silence.
+balance" can no longer become "chuck my ballots") and quicker to name the last
+word (a search over a few hundred words instead of the whole dictionary), which
+is what lets the endpointer answer after a short silence.
 
 The phrases are split into sentences of words; counts of 1- to 3-grams are
 discounted by a constant (absolute discounting) and the freed mass goes to the
