@@ -74,8 +74,10 @@ class DecoderPool:
 class HintModels:
     """Decoder pools for phrase-hint language models, one per distinct hint set.
 
-    A hint decoder is built from an ARPA model of the phrases and a dictionary of only
-    their words (with the full dictionary pocketsphinx takes seconds to index a new model). The most recently used ``max_sets`` hint sets keep their pools.
+    A hint decoder is built from an ARPA model of the phrases and a dictionary of only their
+    words; each pool also carries the :class:`PhraseJudge` of its phrases, which decides when
+    the general model's hypothesis is returned instead (agent.speech.server.biasing). The most
+    recently used ``max_sets`` hint sets keep their pools.
     """
 
     def __init__(self, max_sets: int = 8, max_idle: int = 4) -> None:
