@@ -1,10 +1,10 @@
 """Carrying out barge-in: a caller's voice over an interruptible prompt, from its onset to a verdict.
 
-The media thread ducks the prompt at a voice's onset (it plays on underneath, faint);
-:class:`BargeController` starts a :class:`~agent.call.bargein.BargeIn` for it, feeds
-it the recogniser's words, asks it for its verdict when it says to (a timer on the
-reactor) and carries the verdict out: bring the prompt back up, duck it again, or
-hand the interruption to the session (which flushes it). It also counts cut-ins (the caller going
+The media thread pauses the prompt at a voice's onset; :class:`BargeController`
+starts a :class:`~agent.call.bargein.BargeIn` for it, feeds it the recogniser's
+words, asks it for its verdict when it says to (a timer on the reactor) and
+carries the verdict out: resume or play on over the prompt, pause it again, or
+hand the interruption to the session. It also counts cut-ins (the caller going
 on talking after the agent took the turn) and false interruptions.
 """
 from __future__ import annotations
@@ -69,13 +69,8 @@ class BargeController:
 
     # -- inputs from the session ---------------------------------------------------
     def arm(self, armed: bool) -> None:
-        """An interruptible prompt with a Listen after it is (or is no longer) playing. A prompt
-        that played out under a voice being decided leaves that voice to the caller's turn."""
+        """An interruptible prompt with a Listen after it is (or is no longer) playing."""
         self._media.barge_armed = armed
-        if not armed:
-            self.drop()
-            if self._playout.ducked:
-                self._playout.unduck()
 
     def on_turn_taken(self, speech_end_at: float) -> None:
         """The agent took the caller's turn, whose last voice ended at *speech_end_at*."""
@@ -97,30 +92,30 @@ class BargeController:
         if self.current is not None:
             self._schedule_check(self._config.resume_after_ms / 1000.0)
 
-    def on_voice_onset(self, started_at: float, ducked: bool) -> None:
-        """A voice began (the clock thread has already ducked an interruptible prompt if *ducked*)."""
-        if not ducked:
+    def on_voice_onset(self, started_at: float, paused: bool) -> None:
+        """A voice began (clock thread has already paused an interruptible prompt if *paused*)."""
+        if not paused:
             if not self._hooks.prompt_playing():
                 return
-            if self.current is None and self._rejoin(started_at, ducked=False):
+            if self.current is None and self._rejoin(started_at, paused=False):
                 return
             if started_at < self._tail_until:
                 self._on_turn_tail(started_at)
             return
         if not self._hooks.prompt_playing():
-            self._playout.unduck()
+            self._playout.resume()
             return
         if self.current is not None:
             # The same voice, on again after a gap or after the prompt played over it.
             self.current.on_voice_again()
             self.check()
             return
-        if self._rejoin(started_at, ducked=True):
+        if self._rejoin(started_at, paused=True):
             return
         self.current = BargeIn(started_at, self._hooks.is_request, self._config)
         if self._metrics:
             self._metrics.barge_in_decision.observe(max(0.0, self._reactor.seconds() - started_at))
-        log.info("call {call_id} caller's voice: prompt ducked", **self._log_fields)
+        log.info("call {call_id} caller's voice: prompt paused", **self._log_fields)
         self.check()
 
     def note_cut_in(self, extra: str = "") -> None:
@@ -145,16 +140,16 @@ class BargeController:
         self._cancel_check()
 
     # -- deciding ------------------------------------------------------------------
-    def _rejoin(self, started_at: float, ducked: bool) -> bool:
+    def _rejoin(self, started_at: float, paused: bool) -> bool:
         """A voice back soon after a barge-in let the prompt resume continues that barge-in: a
-        pause inside one interruption, judged whole (*ducked*: the media thread ducked the
+        pause inside one interruption, judged whole (*paused*: the media thread paused the
         prompt at its onset); or the rest of an acknowledgement whose start let the prompt
-        resume, which it plays on over (not *ducked*)."""
+        resume, which it plays on over (not *paused*)."""
         recent = self._resumed
         if recent is None:
             return False
-        if not ducked and not (recent[0].resumed_on_onset and self._media.barge_armed):
-            return False  # a voice the prompt was not ducked for continues only an acknowledgement
+        if not paused and not (recent[0].resumed_on_onset and self._media.barge_armed):
+            return False  # a voice the prompt was not paused for continues only an acknowledgement
         self._resumed = None
         if not recent[0].rejoins(started_at):
             return False
@@ -172,7 +167,7 @@ class BargeController:
             log.info("call {call_id} caller's {text!r} goes on: prompt plays on", text=barge.text,
                      **self._log_fields)
         else:
-            log.info("call {call_id} caller's voice is back: prompt ducked", **self._log_fields)
+            log.info("call {call_id} caller's voice is back: prompt paused", **self._log_fields)
         self.check()
         return True
 
@@ -209,12 +204,12 @@ class BargeController:
         if decision.verdict is Verdict.RESUME:
             self._resume(barge, now)
             return
-        if decision.verdict is Verdict.DUCK:
-            self._playout.duck()
-            log.info("call {call_id} caller's voice ({text!r}) goes on: prompt ducked again",
+        if decision.verdict is Verdict.PAUSE:
+            self._playout.pause()
+            log.info("call {call_id} caller's voice ({text!r}) goes on: prompt paused again",
                      text=barge.text, **self._log_fields)
-        if decision.verdict is Verdict.TALK_OVER and self._playout.ducked:
-            self._playout.unduck()
+        if decision.verdict is Verdict.TALK_OVER and self._playout.paused:
+            self._playout.resume()
             log.info("call {call_id} caller's {text!r} is an acknowledgement: prompt plays on",
                      text=barge.text, **self._log_fields)
         if decision.check_in_s is not None:
@@ -230,9 +225,9 @@ class BargeController:
         if barge.resumed_on_onset:
             # The rest of the acknowledgement, back within rejoin_ms, does not pause the prompt.
             media.play_on_until = max(media.play_on_until, now + barge.config.rejoin_ms / 1000.0)
-        self._playout.unduck()
+        self._playout.resume()
         if barge.tail:
-            # Never ducked for: the end of the caller's own turn, counted as a cut-in.
+            # Never paused for: the end of the caller's own turn, counted as a cut-in.
             log.info("call {call_id} caller's {ms:.0f} ms ({text!r}) after the turn was taken did not "
                      "interrupt; reply played on", ms=spoke_ms, text=barge.text, **self._log_fields)
             return

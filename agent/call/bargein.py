@@ -2,12 +2,12 @@
 
 A caller talking over the agent does one of two things: takes the turn ("wait",
 "what are my opening hours") or acknowledges and lets the agent go on ("uh-huh",
-"okay", "mm-hmm"). The first must quiet the prompt within about 100 ms; the
+"okay", "mm-hmm"). The first must stop the prompt within about 100 ms; the
 second must not stop it at all. The first 100 ms of a voice cannot tell the two
-apart, so the media thread ducks the prompt at the voice's onset (it plays on,
-faint, keeping its time) and a :class:`BargeIn` then decides, from how long the
-voice goes on and what the recogniser hears in it, whether the duck becomes an
-interruption or the prompt comes back up:
+apart, so the media thread pauses the prompt at the voice's onset and a
+:class:`BargeIn` then decides, from how long the voice goes on and what the
+recogniser hears in it, whether the pause becomes an interruption or the prompt
+plays on:
 
 * an interrupting word ("wait", "stop", "hold on", "excuse me") takes the turn
   at once;
@@ -17,24 +17,18 @@ interruption or the prompt comes back up:
   recognisers turn acknowledgements into short random words, and a short
   "mm-hmm" heard as "an agent" must not transfer the call;
 * so does a voice that goes on for ``interruption_min_ms``, whatever the words;
-* so does a fragment: a voice whose words look unfinished ("I would like to",
-  ``fragment_min_words`` words or more, or longer than an acknowledgement) as soon
-  as it pauses, and a voice longer than an acknowledgement whose words are no
-  acknowledgement once it has ended and its final words are in. The caller keeps
-  the floor through the pause; the prompt never comes back up over the rest of
-  the sentence, and if nothing follows, the agent answers what was said;
 * words that are an acknowledgement ("uh-huh", "okay", "yeah", a held "oh" or "mm"; not
-  a bare "um" or "uh", which as often begins a question) bring the prompt back up
-  at once, while the caller is still saying them (``TALK_OVER``); the
+  a bare "um" or "uh", which as often begins a question) let the prompt
+  play on at once, while the caller is still saying them (``TALK_OVER``); the
   voice is still watched and can still turn into an interruption;
-* a voice that ends with none of that brings the prompt back up.
+* a voice that ends with none of that resumes the prompt where it paused.
   It has ended after ``resume_after_ms`` of quiet when it had an
   acknowledgement's words, after ``word_gap_ms`` when it had others (the stop
   before a consonant), after ``no_words_gap_ms`` when it had none yet, after
   ``pause_ms`` when they were a request (people pause inside a sentence); a
   voice longer than ``wait_final_after_ms`` first waits for
   the recogniser's final words. If the voice comes back within ``rejoin_ms`` of
-  the prompt coming back up, the session revives the same barge-in
+  the prompt resuming, the session revives the same barge-in
   (:meth:`BargeIn.revive`), so an interruption with a pause in it is judged whole.
   A voice that ended on the start of an acknowledgement ("oh", "mm": the recogniser's
   first word for "okay" and "mm-hmm") and comes back that soon is the rest of it
@@ -44,13 +38,12 @@ interruption or the prompt comes back up:
 A voice that starts within ``tail_ms`` of the caller's last words, just after
 the agent took the turn, is not a reaction to the reply: it is the caller
 finishing their own turn ("check my balance | please", after the stop before
-the "p"). The reply is not ducked for it; the barge-in starts out talking over
+the "p"). The reply is not paused for it; the barge-in starts out talking over
 it and still stops the reply if its words interrupt or it goes on longer than
 an acknowledgement.
 
 The class is pure: it is fed timestamps and words and answers with a
-:class:`Decision`; the :class:`~agent.call.barge.BargeController` owns the timers and
-the playout.
+:class:`Decision`; the session owns the timers and the playout.
 """
 from __future__ import annotations
 
@@ -58,7 +51,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.call.endpointer import is_acknowledgement, is_backchannel, looks_unfinished, words
+from agent.call.endpointer import is_acknowledgement, is_backchannel, words
 
 #: words people use to stop someone talking: they take the turn however short the voice
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
@@ -108,14 +101,11 @@ class BargeInConfig:
     #: take 200 ms or more to answer what they hear). The reply plays on over it while its words
     #: are watched like an acknowledgement's, instead of stopping in its first syllable
     tail_ms: int = 250
-    #: unfinished words ("I would like to") this many or more hold the floor through a pause
-    #: however short the voice: fewer could be a misheard acknowledgement ("uh-huh" as "of the")
-    fragment_min_words: int = 3
 
 
 class Verdict(enum.Enum):
     WAIT = "wait"              # undecided: the prompt stays as it is; check again after check_in_s
-    DUCK = "duck"              # played on over what seemed an acknowledgement, which has become more: duck again
+    PAUSE = "pause"            # played on over what seemed an acknowledgement, which has become more: pause again
     INTERRUPT = "interrupt"    # the caller takes the turn: flush the prompt and listen
     TALK_OVER = "talk_over"    # an acknowledgement still being said: play the prompt on, keep watching
     RESUME = "resume"          # the voice is over and did not interrupt: play the prompt on; done
@@ -130,7 +120,7 @@ class Decision:
 
 
 class BargeIn:
-    """One caller voice over an interruptible prompt, from its onset (the prompt ducked) to a verdict.
+    """One caller voice over an interruptible prompt, from its onset (the prompt paused) to a verdict.
 
     *is_request* says whether words make a request of the current question.
     Times are seconds on the call's one clock (the reactor's ``seconds()``).
@@ -177,7 +167,7 @@ class BargeIn:
         self.final = False
 
     def on_voice_again(self) -> None:
-        """The voice went on after the prompt was let play over it (the prompt is ducked again):
+        """The voice went on after the prompt was let play over it (the prompt is paused again):
         the acknowledgement is turning into something longer."""
         self.talking_over = False
 
@@ -205,12 +195,7 @@ class BargeIn:
             return self._final(Verdict.INTERRUPT, "interrupting word")
         asking = not acknowledging and (
             self._is_request(self.text) or any(w in ASKING_WORDS for w in heard))
-        longer_than_ack = spoke_ms > c.acknowledgement_max_ms
-        unfinished = not acknowledging and looks_unfinished(self.text) and (
-            longer_than_ack or len(heard) >= c.fragment_min_words)
-        # Words, no acknowledgement, in a voice longer than one: a sentence is being said.
-        sentence = not acknowledging and longer_than_ack and len(heard) >= 2
-        over_after_ms = (c.pause_ms if asking or sentence else c.no_words_gap_ms if not heard
+        over_after_ms = (c.pause_ms if asking else c.no_words_gap_ms if not heard
                          else c.resume_after_ms if acknowledging else c.word_gap_ms)
         still = speaking or quiet_ms < over_after_ms
         if asking and spoke_ms > c.acknowledgement_max_ms:
@@ -222,7 +207,7 @@ class BargeIn:
             if self.talking_over and not acknowledgement and spoke_ms > c.acknowledgement_max_ms:
                 # Longer than an acknowledgement, and other words: maybe an interruption after all.
                 self.talking_over = False
-                return Decision(Verdict.DUCK, "longer than an acknowledgement",
+                return Decision(Verdict.PAUSE, "longer than an acknowledgement",
                                 check_in_s=max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))
             if acknowledgement and not self.talking_over:
                 held_ms = (now - self._text_since) * 1000.0
@@ -231,9 +216,6 @@ class BargeIn:
                 self.talking_over = True
                 return Decision(Verdict.TALK_OVER, "acknowledgement",
                                 check_in_s=max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))
-            if not speaking and unfinished:
-                # A pause inside a sentence: the caller keeps the floor.
-                return self._final(Verdict.INTERRUPT, "unfinished")
             if not speaking:  # a pause: decide when it has lasted long enough to be the end
                 return self._wait(max(0.02, (over_after_ms - quiet_ms) / 1000.0))
             if asking:
@@ -244,9 +226,6 @@ class BargeIn:
                 and quiet_ms < c.final_wait_ms):
             # Longer than most acknowledgements: let the recogniser's final words say what it was.
             return self._wait(0.05)
-        if unfinished or sentence:
-            # Said over the prompt and not a complete request: the caller's turn all the same.
-            return self._final(Verdict.INTERRUPT, "unfinished" if unfinished else "sentence")
         self.resumed_at = now
         self.resumed_on_onset = _is_onset(heard)
         return self._final(Verdict.RESUME, "acknowledgement" if heard else "no words")

@@ -137,6 +137,6 @@ class MediaPipeline:
         if max(self._periodic_ms, self._sibilant_ms) >= self.onset_ms:
             self._onset_sent = True
             paused = (self.barge_armed and self._run_started_at >= self.play_on_until
-                      and self.playout is not None and self.playout.duck())
+                      and self.playout is not None and self.playout.pause())
             if self.on_onset is not None:
                 self._reactor.callFromThread(self.on_onset, self._run_started_at, paused)

@@ -380,7 +380,7 @@ class CallSession:
         finally:
             self._barge_committing = False
         if not interrupted:
-            self.playout.unduck()
+            self.playout.resume()
             return
         if again and isinstance(again[0], Say) and isinstance(again[-1], Listen):
             self._reask = tuple(again)
