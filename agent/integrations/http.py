@@ -19,7 +19,7 @@ from twisted.internet import defer, error as net_error
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, HTTPConnectionPool, ResponseDone
+from twisted.web.client import Agent, HTTPConnectionPool, ResponseDone, _HTTP11ClientFactory
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer
@@ -151,6 +151,17 @@ def _read_body(response: Any, limit: int) -> Deferred[bytes]:
     return done
 
 
+class _QuietClientFactory(_HTTP11ClientFactory):
+    """A connection factory that does not log each connection's start and stop (the supervisor
+    reads every worker's /healthz each second)."""
+
+    noisy = False
+
+
+class _QuietConnectionPool(HTTPConnectionPool):
+    _factory = _QuietClientFactory
+
+
 class HttpClient:
     """Requests over one ``IAgent`` (default: ``twisted.web.client.Agent`` with its own pool).
 
@@ -162,7 +173,7 @@ class HttpClient:
                  connect_timeout_s: float | None = None, user_agent: bytes | None = None) -> None:
         self.reactor = reactor
         if agent is None:
-            self.pool = HTTPConnectionPool(reactor, persistent=persistent)
+            self.pool = _QuietConnectionPool(reactor, persistent=persistent)
             agent = Agent(reactor, connectTimeout=connect_timeout_s, pool=self.pool)
         else:
             self.pool = None

@@ -158,3 +158,13 @@ def test_dialogue_probe_reports_a_timeout_and_a_refused_connection_as_lost() -> 
     assert outcomes == [ProbeOutcome(False, False, 0.5, "TimeoutError")]
     outcomes, _ = probe(error.ConnectionRefusedError())
     assert outcomes == [ProbeOutcome(False, False, 0.0, "ConnectionRefusedError")]
+
+
+def test_connections_are_not_logged_one_by_one() -> None:
+    """The supervisor reads each worker's /healthz every second: the client's connection factory
+    must not log a 'Starting factory' / 'Stopping factory' pair for each of them."""
+    from twisted.internet.task import Clock
+
+    client = HttpClient(Clock())
+    factory = client.pool._factory(lambda *a: None, "127.0.0.1:1")
+    assert factory.noisy is False
