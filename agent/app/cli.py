@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ss = sub.add_parser("speech-server", help="run the embedded Riva-compatible speech server")
     ss.add_argument("--listen", default="127.0.0.1:50051", help="address to listen on (host:port)")
+    ss.add_argument("--general-alongside-hints", action="store_true",
+                    help="decode streams with phrase hints beside the general model too (more CPU)")
 
     c = sub.add_parser("call", help="place a test call")
     c.add_argument("uri", help="SIP URI to call, e.g. sip:1000@127.0.0.1:5060")
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "speech-server":
         from agent.speech.server.main import run
 
-        return run(args.listen)
+        return run(args.listen, general_alongside_hints=args.general_alongside_hints)
     if args.command == "call":
         from agent.tools.caller import main_call
 

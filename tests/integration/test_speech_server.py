@@ -633,21 +633,46 @@ def _final_text(client: SpeechClient, text: str, **kwargs: object) -> str:
     return str(finals[0])
 
 
-def test_phrase_hints_bias_towards_the_phrases_without_losing_other_speech(client: SpeechClient) -> None:
-    """speech_contexts phrases are recognised with their own model, for that stream only; speech
-    that does not read as the phrases is heard by the general model instead of being forced
-    into the nearest hint words."""
+def test_phrase_hints_decode_with_a_model_of_just_those_phrases(client: SpeechClient) -> None:
+    """By default speech_contexts phrases replace the general vocabulary for that stream only."""
     from agent.speech.server.main import HintModels
 
     hints = ("check my balance", "opening hours", "talk to an agent", "goodbye")
     assert _final_text(client, "I would like to check my balance.", phrases=hints).endswith("check my balance")
-    # Hints that do not fit the audio: "balance" (neither hinted nor among the everyday words
-    # the hint model knows) is heard all the same, by the general model alongside.
+    # Hints that do not fit the audio: "balance" (neither hinted nor among the everyday
+    # words a hint model also knows) cannot be heard.
     assert "balance" not in HintModels().background_words()
     heard = _final_text(client, "Check my balance.", phrases=("open the door", "turn on the lights")).split()
-    assert "balance" in heard, heard
-    # The next stream without hints decodes with the general model alone.
+    assert heard and "balance" not in heard, heard
+    # The next stream without hints decodes with the general model again.
     assert "balance" in _final_text(client, "Check my balance.")
+
+
+def test_with_the_general_model_alongside_speech_outside_the_hints_is_heard() -> None:
+    """--general-alongside-hints: a hinted stream is decoded by the general model too, whose words
+    are used when the hint model's do not read as the hints: "balance" under unrelated hints is
+    heard, and the hinted request still comes out as the hint phrase."""
+    from agent.speech.server.main import DecoderPool, HintModels, LocalRecognitionSession, RecognitionSettings
+
+    def final(text: str, phrases: tuple[str, ...]) -> str:
+        settings = RecognitionSettings(encoding=riva.client.AudioEncoding.MULAW, sample_rate_hz=8000,
+                                       endpointing=EndpointingParams(stop_history_ms=300), interim_results=False,
+                                       word_time_offsets=False, phrases=phrases)
+        session = LocalRecognitionSession(settings, DecoderPool(max_idle=0), hints)
+        audio = audio_util.pcm16_to_ulaw(silence_8k(0.3) + speech_8k(text)) + b"\xff" * 4000
+        try:
+            events = []
+            for i in range(0, len(audio), 160):
+                events += session.process(audio[i:i + 160])
+            events += session.finish()
+        finally:
+            session.close()
+        return " ".join(e.transcript for e in events if not hasattr(e, "stability"))
+
+    hints = HintModels(general_alongside=True)
+    assert "balance" in final("Check my balance.", ("open the door", "turn on the lights")).split()
+    assert final("I would like to check my balance.",
+                 ("check my balance", "opening hours", "talk to an agent", "goodbye")).endswith("check my balance")
 
 
 def test_client_end_input_delivers_final_for_unfinished_utterance(client: SpeechClient) -> None:

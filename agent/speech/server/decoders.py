@@ -80,7 +80,9 @@ class HintModels:
     recently used ``max_sets`` hint sets keep their pools.
     """
 
-    def __init__(self, max_sets: int = 8, max_idle: int = 4) -> None:
+    def __init__(self, max_sets: int = 8, max_idle: int = 4, *, general_alongside: bool = False) -> None:
+        #: decode hinted streams beside the general model too (agent.speech.server.biasing)
+        self.general_alongside = general_alongside
         self._max_sets = max_sets
         self._max_idle = max_idle
         self._pools: dict[str, DecoderPool] = {}
@@ -104,7 +106,8 @@ class HintModels:
                 arpa = phrase_lm.build_arpa(sents, background)
                 words = sorted({w for sent in sents for w in sent} | set(background))
                 pool = DecoderPool(self._max_idle, factory=lambda: self._build(arpa, words))
-                pool.judge = self._judge(sents)
+                if self.general_alongside:
+                    pool.judge = self._judge(sents)
             self._pools[key] = pool  # most recent last
             while len(self._pools) > self._max_sets:
                 self._pools.pop(next(iter(self._pools)))

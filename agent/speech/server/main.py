@@ -159,13 +159,17 @@ def start_speech_server(
     decode_processes: int | None = None,
     prewarm_decoders: int = 2,
     max_idle_decoders: int = 8,
+    general_alongside_hints: bool = False,
 ) -> SpeechServer:
     """Start decode workers, load the default voice and serve on ``listen`` (port 0 = any free port).
 
     ``max_workers`` bounds concurrent RPCs: each open recognition or synthesis stream holds
     one gRPC thread. ``decode_processes`` worker processes decode speech (default: one per
     CPU, at most 4); 0 decodes in the gRPC threads instead. Each decoding place pre-builds
-    ``prewarm_decoders`` decoders and keeps up to ``max_idle_decoders``. Raises
+    ``prewarm_decoders`` decoders and keeps up to ``max_idle_decoders``. With
+    ``general_alongside_hints`` a stream with phrase hints is also decoded by the general model,
+    whose words are used when the hint model's do not read as the hints (about 1.7 times the
+    general model's CPU per stream: docs/speech.md). Raises
     ``RuntimeError`` if the address cannot be bound.
     """
     host, _ = _split_listen(listen)
@@ -178,10 +182,11 @@ def start_speech_server(
     if processes == 0:
         pool = DecoderPool(max_idle=max_idle_decoders)
         pool.prewarm(prewarm_decoders)
-        engine = LocalRecognitionEngine(pool)
+        engine = LocalRecognitionEngine(pool, general_alongside=general_alongside_hints)
     else:
         engine = ProcessRecognitionEngine(
-            processes, prewarm_per_process=prewarm_decoders, max_idle_per_process=max_idle_decoders
+            processes, prewarm_per_process=prewarm_decoders, max_idle_per_process=max_idle_decoders,
+            general_alongside=general_alongside_hints,
         )
     try:
         flite.load_voice(flite.DEFAULT_VOICE)
@@ -208,7 +213,8 @@ def start_speech_server(
     return SpeechServer(server, health_servicer, engine, host, bound)
 
 
-def run(listen: str, max_workers: int = 32, decode_processes: int | None = None) -> int:
+def run(listen: str, max_workers: int = 32, decode_processes: int | None = None,
+        general_alongside_hints: bool = False) -> int:
     """Serve on ``listen`` until SIGTERM or SIGINT; print one ``listening`` line; return 0."""
     stop = threading.Event()
 
@@ -219,7 +225,8 @@ def run(listen: str, max_workers: int = 32, decode_processes: int | None = None)
     # Started by `openclaw-voice serve`: exit with the parent even if it was killed outright.
     parent = int(os.environ.get("OPENCLAW_PARENT_PID", "0") or 0)
     try:
-        server = start_speech_server(listen, max_workers, decode_processes=decode_processes)
+        server = start_speech_server(listen, max_workers, decode_processes=decode_processes,
+                                     general_alongside_hints=general_alongside_hints)
         print(f"speech server listening on {server.address}", flush=True)
         try:
             while not stop.wait(0.5):
@@ -235,7 +242,8 @@ def run(listen: str, max_workers: int = 32, decode_processes: int | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.speech.server [--listen HOST:PORT] [--max-workers N] [--decode-processes N]``."""
+    """``python -m agent.speech.server [--listen HOST:PORT] [--max-workers N] [--decode-processes N]
+    [--general-alongside-hints]``."""
     parser = argparse.ArgumentParser(
         prog="python -m agent.speech.server", description="Riva-compatible speech server (pocketsphinx + flite)."
     )
@@ -244,8 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--decode-processes", type=int, default=None, help="decode worker processes (default: CPUs, max 4; 0 = in-process)"
     )
+    parser.add_argument(
+        "--general-alongside-hints", action="store_true",
+        help="decode streams with phrase hints beside the general model too (open speech heard better; more CPU)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    return run(args.listen, args.max_workers, args.decode_processes)
+    return run(args.listen, args.max_workers, args.decode_processes, args.general_alongside_hints)

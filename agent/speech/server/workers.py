@@ -40,8 +40,10 @@ class LocalRecognitionSession:
         self._hint_pool = hints.pool_for(settings.phrases) if hints is not None and settings.phrases else None
         self._pool = pool
         self._converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
-        self._decoder = self._pool.acquire()
         self._hint_decoder = self._hint_pool.acquire() if self._hint_pool is not None else None
+        paired = self._hint_pool is not None and self._hint_pool.judge is not None
+        # A hinted stream needs the general model's decoder only when it is decoded alongside.
+        self._decoder = self._pool.acquire() if self._hint_decoder is None or paired else None
         cmninit = TELEPHONE_CMN if settings.sample_rate_hz <= TELEPHONE_RATE_HZ else MODEL_CMN
         for decoder in (self._decoder, self._hint_decoder):
             if decoder is not None:
@@ -49,9 +51,14 @@ class LocalRecognitionSession:
                 # mean); rebuilding the feature extraction is cheap.
                 decoder.config["cmninit"] = cmninit
                 decoder.reinit_feat()
-        recognised: UtteranceDecoder = self._decoder
-        if self._hint_decoder is not None and self._hint_pool is not None and self._hint_pool.judge is not None:
+        recognised: UtteranceDecoder
+        if self._decoder is None:
+            assert self._hint_decoder is not None
+            recognised = self._hint_decoder
+        elif self._hint_decoder is not None and self._hint_pool is not None and self._hint_pool.judge is not None:
             recognised = BiasedDecoder(self._hint_decoder, self._decoder, self._hint_pool.judge)
+        else:
+            recognised = self._decoder
         self._recognizer = UtteranceRecognizer(
             recognised,
             settings.endpointing,
@@ -70,7 +77,8 @@ class LocalRecognitionSession:
         if not self._closed:
             self._closed = True
             self._recognizer.abort()
-            self._pool.release(self._decoder)
+            if self._decoder is not None:
+                self._pool.release(self._decoder)
             if self._hint_pool is not None and self._hint_decoder is not None:
                 self._hint_pool.release(self._hint_decoder)
 
@@ -78,9 +86,9 @@ class LocalRecognitionSession:
 class LocalRecognitionEngine:
     """Decodes in the gRPC worker threads of this process (all streams share one GIL)."""
 
-    def __init__(self, pool: DecoderPool) -> None:
+    def __init__(self, pool: DecoderPool, *, general_alongside: bool = False) -> None:
         self.pool = pool
-        self.hints = HintModels()
+        self.hints = HintModels(general_alongside=general_alongside)
 
     def open(self, settings: RecognitionSettings) -> LocalRecognitionSession:
         return LocalRecognitionSession(settings, self.pool, self.hints)
@@ -89,7 +97,7 @@ class LocalRecognitionEngine:
         pass
 
 
-def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int) -> None:
+def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int, general_alongside: bool = False) -> None:
     """Body of a decode worker process: serve session requests from ``conn`` until EOF.
 
     Requests are ``(op, session_id, arg)`` with op ``open`` (arg: RecognitionSettings),
@@ -102,7 +110,7 @@ def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pool = DecoderPool(max_idle=max_idle)
     pool.prewarm(prewarm)
-    hints = HintModels()
+    hints = HintModels(general_alongside=general_alongside)
     hints.prewarm()
     sessions: dict[int, LocalRecognitionSession] = {}
     try:
@@ -140,12 +148,13 @@ _WORKER_EXITED = object()
 class _DecodeWorker:
     """Parent-side handle of one decode worker process."""
 
-    def __init__(self, index: int, ctx: multiprocessing.context.SpawnContext, prewarm: int, max_idle: int) -> None:
+    def __init__(self, index: int, ctx: multiprocessing.context.SpawnContext, prewarm: int, max_idle: int,
+                 general_alongside: bool = False) -> None:
         self.index = index
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_decode_worker_main,
-            args=(child_conn, prewarm, max_idle),
+            args=(child_conn, prewarm, max_idle, general_alongside),
             name=f"speech-decode-{index}",
             daemon=True,
         )
@@ -293,12 +302,14 @@ class ProcessRecognitionEngine:
         max_idle_per_process: int,
         start_timeout_s: float = 120.0,
         reply_timeout_s: float = 30.0,
+        general_alongside: bool = False,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         self._ctx = multiprocessing.get_context("spawn")
         self._prewarm = prewarm_per_process
         self._max_idle = max_idle_per_process
+        self._general_alongside = general_alongside
         self._start_timeout_s = start_timeout_s
         self._reply_timeout_s = reply_timeout_s
         self._lock = threading.Lock()
@@ -315,7 +326,7 @@ class ProcessRecognitionEngine:
             raise
 
     def _spawn(self, index: int) -> _DecodeWorker:
-        return _DecodeWorker(index, self._ctx, self._prewarm, self._max_idle)
+        return _DecodeWorker(index, self._ctx, self._prewarm, self._max_idle, self._general_alongside)
 
     @property
     def worker_pids(self) -> list[int | None]:
