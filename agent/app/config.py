@@ -93,6 +93,9 @@ class SpeechSettings:
     stop_history_ms: int = 300
     #: send each call's expected phrases to the recogniser (Riva ``speech_contexts``)
     phrase_hints: bool = True
+    #: the embedded speech server decodes hinted streams beside the general model too
+    #: (open speech heard better, about three times the decoding CPU: docs/speech.md)
+    embedded_general_alongside_hints: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,8 @@ def load_config(path: str | None) -> ServerConfig:
 
     speech = SpeechSettings()
     if (r := top.sub("speech")) is not None:
-        r.check_keys(("regions", "routing", "voice", "stop_history_ms", "phrase_hints"))
+        r.check_keys(("regions", "routing", "voice", "stop_history_ms", "phrase_hints",
+                      "embedded_general_alongside_hints"))
         regions: list[RegionSettings] = []
         rn = r.values.get("regions")
         if rn is not None:
@@ -309,7 +313,10 @@ def load_config(path: str | None) -> ServerConfig:
                 discover_versions=rr.get("discover_versions", bool, False))
         speech = SpeechSettings(regions=tuple(regions), routing=routing, voice=r.get("voice", str, speech.voice),
                                 stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive),
-                                phrase_hints=r.get("phrase_hints", bool, speech.phrase_hints))
+                                phrase_hints=r.get("phrase_hints", bool, speech.phrase_hints),
+                                embedded_general_alongside_hints=r.get(
+                                    "embedded_general_alongside_hints", bool,
+                                    speech.embedded_general_alongside_hints))
 
     metrics = MetricsSettings()
     if (r := top.sub("metrics")) is not None:

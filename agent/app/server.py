@@ -174,7 +174,9 @@ class AgentServer:
         env["OPENCLAW_PARENT_PID"] = str(os.getpid())
         self._speech_transport = self.reactor.spawnProcess(
             proc, sys.executable,
-            [sys.executable, "-m", "agent.speech.server", "--listen", "127.0.0.1:0"], env=env)
+            [sys.executable, "-m", "agent.speech.server", "--listen", "127.0.0.1:0",
+             *(["--general-alongside-hints"] if self.config.speech.embedded_general_alongside_hints else [])],
+            env=env)
         self._speech_proc = proc
         return proc.ready
 

@@ -96,6 +96,8 @@ class SupervisorSettings:
     retry_after_s: int = 5
     #: start the embedded speech server (no regions and no --speech-uri configured)
     embedded_speech: bool = True
+    #: the embedded speech server decodes hinted streams beside the general model too
+    general_alongside_hints: bool = False
     drain_timeout_s: float = 300.0
     #: after the polite end began, processes still running this long are killed
     kill_after_s: float = 20.0
@@ -254,7 +256,8 @@ class Supervisor:
         listen = f"127.0.0.1:{self.speech_address.rsplit(':', 1)[1]}" if self.speech_address else "127.0.0.1:0"
         self.speech = self.speech or Child("speech-server", [], self._env(), on_line=self._child_line,
                                            on_exit=self._child_exit)
-        self.speech.argv = [sys.executable, "-m", "agent.speech.server", "--listen", listen]
+        self.speech.argv = [sys.executable, "-m", "agent.speech.server", "--listen", listen,
+                            *(["--general-alongside-hints"] if self.settings.general_alongside_hints else [])]
         self._speech_ready = defer.Deferred()
         self._start_child(self.speech)
         return self._speech_ready

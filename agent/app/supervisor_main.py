@@ -47,7 +47,8 @@ def settings_from_args(args: Any, config: ServerConfig) -> SupervisorSettings:
         workers=plans, worker_argv=worker_argv, capacity=capacity, public_host=host, public_port=port,
         metrics_host=args.metrics_host or config.metrics.host, metrics_port=metrics_port, run_dir=run_dir,
         front=args.front, kamailio_cfg=os.path.abspath(args.kamailio_cfg or DEFAULT_KAMAILIO_CFG),
-        retry_after_s=sip.retry_after_s, embedded_speech=embedded, drain_timeout_s=drain,
+        retry_after_s=sip.retry_after_s, embedded_speech=embedded,
+        general_alongside_hints=config.speech.embedded_general_alongside_hints, drain_timeout_s=drain,
         log_format=args.log_format,
         notify_front=os.environ.get("OPENCLAW_FRONT_NOTIFY", "1") != "0")
 

@@ -94,3 +94,11 @@ def test_finished_sentence_silence_is_configurable_and_must_be_positive(tmp_path
     with pytest.raises(ConfigError) as e:
         load_config(str(p))
     assert str(e.value).startswith(f"{p}:2:24: config.endpointing.finished_silence_ms")
+
+
+def test_general_model_alongside_hints_is_off_unless_configured(tmp_path):
+    """speech.embedded_general_alongside_hints is false by default and read as a boolean."""
+    assert load_config(None).speech.embedded_general_alongside_hints is False
+    p = tmp_path / "c.yaml"
+    p.write_text("speech:\n  embedded_general_alongside_hints: true\n")
+    assert load_config(str(p)).speech.embedded_general_alongside_hints is True
