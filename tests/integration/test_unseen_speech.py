@@ -15,13 +15,10 @@ understood (docs/speech.md).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import shutil
-import sys
 from collections.abc import Iterator
-from importlib.machinery import SourceFileLoader
 
 import pytest
 
@@ -31,7 +28,7 @@ from agent.speech.server.flite import synthesize
 from agent.tools.latency_report import timelines
 from media.latency import ScoreParams, score_items
 from ops.bench import eval_calls
-from tests.bench import load_bench
+from tests.bench import load_bench, load_script
 from tests.integration.conftest import ROOT, AgentProcess, start_agent, stop_agent
 from tests.integration.test_latency_report import play_steps
 
@@ -61,12 +58,7 @@ SLICE = (
 
 def render_slice(out: str) -> list[eval_calls.EvalFile]:
     """The slice's audio and manifest, made by make-eval-corpus's functions into *out*/test."""
-    loader = SourceFileLoader("make_eval_corpus", os.path.join(ROOT, "ops", "bench", "make-eval-corpus"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    mk = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = mk   # dataclasses look their module up while the class is made
-    loader.exec_module(mk)
+    mk = load_script("make-eval-corpus", "make_eval_corpus")
     texts = {u.text: u for u in mk.load_texts()}
     jobs = []
     for text, voice in SLICE:

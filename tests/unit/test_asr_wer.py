@@ -1,26 +1,14 @@
 """ops/bench/asr-wer's scoring: text normalisation and word-level Levenshtein distance."""
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-from functools import lru_cache
-from importlib.machinery import SourceFileLoader
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench import load_script
 
 
-@lru_cache(maxsize=1)
 def bench() -> Any:
-    """ops/bench/asr-wer as a module (it is a script without .py)."""
-    loader = SourceFileLoader("asr_wer_bench", os.path.join(ROOT, "ops", "bench", "asr-wer"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module
-    loader.exec_module(module)
-    return module
+    """ops/bench/asr-wer as a module."""
+    return load_script("asr-wer", "asr_wer_bench")
 
 
 def test_normalisation_lowercases_drops_punctuation_and_spells_numbers() -> None:

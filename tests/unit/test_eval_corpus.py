@@ -3,21 +3,19 @@ intent of the dialplans, the dev/test split, distance from the dialplans' own ex
 generator's trimming and pause arithmetic."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import shutil
 import struct
-import sys
 from collections import Counter
 from functools import lru_cache
-from importlib.machinery import SourceFileLoader
 from typing import Any
 
 import pytest
 
 from agent.dialplan.intents import STOP_WORDS, normalize
 from agent.dialplan.model import AskStep, load_dialplans
+from tests.bench import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIALPLANS = ("default.yaml", "bank.yaml")
@@ -25,16 +23,9 @@ MIN_PARAPHRASES = 40
 MAX_MEAN_OVERLAP = 0.25
 
 
-@lru_cache(maxsize=1)
 def corpus() -> Any:
-    """ops/bench/make-eval-corpus as a module (it is a script without .py)."""
-    loader = SourceFileLoader("make_eval_corpus", os.path.join(ROOT, "ops", "bench", "make-eval-corpus"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module
-    loader.exec_module(module)
-    return module
+    """ops/bench/make-eval-corpus as a module."""
+    return load_script("make-eval-corpus", "make_eval_corpus")
 
 
 @lru_cache(maxsize=1)
