@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent.speech.server import flite
-from media import convert as audio_util
+from media import convert
 from agent.regions.probe import RegionProber
 from agent.regions.selector import NoRegion, RegionSelector, RegionSpec, Selection
 from agent.speech.client import RecognitionOptions, SpeechClient
@@ -37,7 +37,7 @@ PHRASES = ("check my balance", "please tell me the opening hours of the downtown
 
 def speech(text: str) -> bytes:
     pcm, rate = flite.synthesize(text, "kal16")
-    return audio_util.resample(pcm, rate, RATE)
+    return convert.resample(pcm, rate, RATE)
 
 
 def silence(seconds: float) -> bytes:

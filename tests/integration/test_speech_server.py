@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from riva.client.proto import riva_asr_pb2, riva_tts_pb2
 
 from agent.speech.server import flite
-from media import convert as audio_util
+from media import convert
 from agent.speech.client import RecognitionOptions, RecognitionStream, SpeechClient, SpeechError
 from agent.speech.server.main import (
     END_OF_SPEECH,
@@ -112,7 +112,7 @@ def client(server_address: str) -> Iterator[SpeechClient]:
 
 def speech_8k(text: str, voice: str = "kal16") -> bytes:
     pcm, rate = flite.synthesize(text, voice)
-    return audio_util.resample(pcm, rate, 8000)
+    return convert.resample(pcm, rate, 8000)
 
 
 def silence_8k(seconds: float) -> bytes:
@@ -347,7 +347,7 @@ def test_g711_input_is_decoded(asr: riva.client.ASRService, encoding: str) -> No
     """mu-law and A-law input at 8 kHz are decoded and recognised like linear PCM."""
     speech = silence_8k(0.3) + speech_8k("Check my balance.")
     pcm = speech + silence_8k(1.0)
-    coded = audio_util.pcm16_to_ulaw(pcm) if encoding == "MULAW" else audio_util.pcm16_to_alaw(pcm)
+    coded = convert.pcm16_to_ulaw(pcm) if encoding == "MULAW" else convert.pcm16_to_alaw(pcm)
     enc = getattr(riva.client.AudioEncoding, encoding)
     got = finals(recognize_stream(asr, coded, streaming_config(encoding=enc), size=160))
     assert len(got) == 1
@@ -504,7 +504,7 @@ def test_synthesize_batch_encodings_and_rates(tts: riva.client.SpeechSynthesisSe
     pcm16 = tts.synthesize(text, sample_rate_hz=16000).audio
     assert len(ulaw8) == len(pcm8) // 2
     assert abs(len(pcm16) - 2 * len(pcm8)) <= 8
-    assert audio_util.rms_dbfs(pcm8) > -40
+    assert convert.rms_dbfs(pcm8) > -40
 
 
 @pytest.mark.parametrize("voice", ["English-US.Female-1", "English-US-Male-1", "rms", "slt"])
@@ -659,7 +659,7 @@ def test_with_the_general_model_alongside_speech_outside_the_hints_is_heard() ->
                                        endpointing=EndpointingParams(stop_history_ms=300), interim_results=False,
                                        word_time_offsets=False, phrases=phrases)
         session = LocalRecognitionSession(settings, DecoderPool(max_idle=0), hints)
-        audio = audio_util.pcm16_to_ulaw(silence_8k(0.3) + speech_8k(text)) + b"\xff" * 4000
+        audio = convert.pcm16_to_ulaw(silence_8k(0.3) + speech_8k(text)) + b"\xff" * 4000
         try:
             events = []
             for i in range(0, len(audio), 160):

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from agent.speech.server import flite
-from media import convert as audio_util
+from media import convert
 
 
 def _duration_s(pcm: bytes, rate: int) -> float:
@@ -20,7 +20,7 @@ def test_kal16_synthesizes_16k_speech_of_plausible_length() -> None:
     assert rate == 16000
     assert len(pcm) % 2 == 0
     assert 0.6 < _duration_s(pcm, rate) < 4.0
-    assert audio_util.rms_dbfs(pcm) > -40.0
+    assert convert.rms_dbfs(pcm) > -40.0
 
 
 @pytest.mark.parametrize(("voice", "rate"), [("kal", 8000), ("rms", 16000), ("awb", 16000), ("slt", 16000)])
@@ -74,18 +74,18 @@ def test_concurrent_calls_are_serialised_and_deterministic() -> None:
 def test_resample_changes_length_by_the_rate_ratio() -> None:
     """Resampling 16 kHz to 8 kHz halves the sample count; 8 kHz to 16 kHz doubles it."""
     pcm, _ = flite.synthesize("Check my balance.")
-    down = audio_util.resample(pcm, 16000, 8000)
+    down = convert.resample(pcm, 16000, 8000)
     assert abs(len(down) / 2 - len(pcm) / 4) <= 2
-    up = audio_util.resample(down, 8000, 16000)
+    up = convert.resample(down, 8000, 16000)
     assert abs(len(up) - len(down) * 2) <= 4
 
 
 def test_stream_resampler_in_chunks_matches_whole_signal() -> None:
     """Resampling 20 ms chunks (including odd-sized ones) gives the same samples as one call."""
     pcm, _ = flite.synthesize("Check my balance.")
-    pcm8 = audio_util.resample(pcm, 16000, 8000)
-    whole = audio_util.resample(pcm8, 8000, 16000)
-    resampler = audio_util.StreamResampler(8000, 16000)
+    pcm8 = convert.resample(pcm, 16000, 8000)
+    whole = convert.resample(pcm8, 8000, 16000)
+    resampler = convert.StreamResampler(8000, 16000)
     sizes = [320, 321, 319, 160]
     out = bytearray()
     pos = 0
@@ -101,17 +101,17 @@ def test_stream_resampler_in_chunks_matches_whole_signal() -> None:
 def test_resample_rejects_odd_length_and_bad_rates() -> None:
     """Invalid input is a ValueError with the reason, not silently truncated audio."""
     with pytest.raises(ValueError, match="even"):
-        audio_util.resample(b"\x00\x01\x02", 8000, 16000)
+        convert.resample(b"\x00\x01\x02", 8000, 16000)
     with pytest.raises(ValueError, match="positive"):
-        audio_util.resample(b"\x00\x00", 0, 16000)
+        convert.resample(b"\x00\x00", 0, 16000)
 
 
 def test_g711_round_trip_stays_close() -> None:
     """mu-law and A-law encode/decode keep a speech-level signal within G.711's error."""
     samples = array.array("h", [int(8000 * ((i % 40) - 20) / 20) for i in range(800)]).tobytes()
     for encode, decode in (
-        (audio_util.pcm16_to_ulaw, audio_util.ulaw_to_pcm16),
-        (audio_util.pcm16_to_alaw, audio_util.alaw_to_pcm16),
+        (convert.pcm16_to_ulaw, convert.ulaw_to_pcm16),
+        (convert.pcm16_to_alaw, convert.alaw_to_pcm16),
     ):
         coded = encode(samples)
         assert len(coded) == len(samples) // 2
@@ -128,7 +128,7 @@ def test_phones_are_synthesized_and_stretched_without_changing_the_voice() -> No
     slow, _ = flite.synthesize_phones("pau m hh ax m pau", stretch=2.0)
     assert 0.2 < _duration_s(plain, rate) < 1.5
     assert _duration_s(slow, rate) > 1.5 * _duration_s(plain, rate)
-    assert audio_util.rms_dbfs(plain) > -45.0
+    assert convert.rms_dbfs(plain) > -45.0
     assert flite.synthesize("Check my balance.")[0] == before
 
 

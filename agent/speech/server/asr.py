@@ -17,7 +17,7 @@ from riva.client.proto.riva_audio_pb2 import AudioEncoding
 from agent.speech.server.endpointing import EndpointingParams
 from agent.speech.server.recognizer import MODEL_RATE_HZ, FinalHypothesis, RecognitionEvent
 from agent.speech.server.rpc import LANGUAGE_CODE, ConfigError, EngineUnavailable, abort, check_language
-from media import convert as audio_util
+from media import convert
 
 ASR_SERVICE_NAME = "nvidia.riva.asr.RivaSpeechRecognition"
 ASR_MODEL_NAME = "pocketsphinx-en-US"
@@ -73,13 +73,13 @@ class InputAudioConverter:
 
     def __init__(self, encoding: int, sample_rate_hz: int) -> None:
         self._encoding = encoding
-        self._resampler = audio_util.StreamResampler(sample_rate_hz, MODEL_RATE_HZ)
+        self._resampler = convert.StreamResampler(sample_rate_hz, MODEL_RATE_HZ)
 
     def convert(self, data: bytes) -> bytes:
         if self._encoding == AudioEncoding.MULAW:
-            pcm = audio_util.ulaw_to_pcm16(data)
+            pcm = convert.ulaw_to_pcm16(data)
         elif self._encoding == AudioEncoding.ALAW:
-            pcm = audio_util.alaw_to_pcm16(data)
+            pcm = convert.alaw_to_pcm16(data)
         else:
             pcm = data
         return self._resampler.process(pcm)

@@ -21,7 +21,7 @@ from agent.speech.server.endpointing import (
     UtteranceEndpointer,
     frames_for,
 )
-from media import convert as audio_util
+from media import convert
 from media.vad import EnergyVad, VadConfig
 from media.voicing import VoicingDetector
 
@@ -94,7 +94,7 @@ class VoicedFrameClassifier:
         self.min_level_dbfs = min_level_dbfs
 
     def voiced(self, frame: bytes) -> bool:
-        if audio_util.rms_dbfs(frame) < self.min_level_dbfs:
+        if convert.rms_dbfs(frame) < self.min_level_dbfs:
             return False
         return bool(self._vad.is_speech(frame))
 

@@ -15,7 +15,7 @@ from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
 from agent.speech.server import flite
 from agent.speech.server.rpc import LANGUAGE_CODE, ConfigError, abort, check_language
-from media import convert as audio_util
+from media import convert
 
 TTS_SERVICE_NAME = "nvidia.riva.tts.RivaSpeechSynthesis"
 TTS_CHUNK_MS = 100
@@ -72,21 +72,21 @@ def parse_synthesis_request(request: riva_tts_pb2.SynthesizeSpeechRequest) -> Sy
 
 def _encode_output(pcm: bytes, encoding: int) -> bytes:
     if encoding == AudioEncoding.MULAW:
-        return audio_util.pcm16_to_ulaw(pcm)
+        return convert.pcm16_to_ulaw(pcm)
     if encoding == AudioEncoding.ALAW:
-        return audio_util.pcm16_to_alaw(pcm)
+        return convert.pcm16_to_alaw(pcm)
     return pcm
 
 
 def synthesize_chunks(settings: SynthesisSettings, chunk_ms: int = TTS_CHUNK_MS) -> Iterator[bytes]:
     """Yield encoded audio for ``settings.text`` sentence by sentence, ``chunk_ms`` at a time."""
-    resampler: audio_util.StreamResampler | None = None
+    resampler: convert.StreamResampler | None = None
     chunk_bytes = settings.sample_rate_hz * chunk_ms // 1000 * 2
     carry = b""
     for sentence in split_sentences(settings.text):
         pcm, native_rate = flite.synthesize(sentence, settings.voice)
         if resampler is None:
-            resampler = audio_util.StreamResampler(native_rate, settings.sample_rate_hz)
+            resampler = convert.StreamResampler(native_rate, settings.sample_rate_hz)
         pcm = carry + resampler.process(pcm)
         whole = len(pcm) - len(pcm) % chunk_bytes
         for start in range(0, whole, chunk_bytes):
