@@ -125,6 +125,8 @@ class AgentServer:
     # -- start / stop ---------------------------------------------------------
     @defer.inlineCallbacks
     def start(self) -> Any:
+        # The sentence encoder loads while the speech backend and the prompt cache come up.
+        matchers_ready = threads.deferToThread(prepare_intent_matchers, self.dialplan)
         regions = self.config.speech.regions
         if regions:
             specs = [RegionSpec(r.name, r.asr_endpoints, r.tts_endpoints, dialogue_endpoint=r.dialogue or None,
@@ -158,7 +160,7 @@ class AgentServer:
         self._health_loop.clock = self.reactor
         self._health_loop.start(5.0, now=False)
         yield self.warm_prompt_cache()
-        yield threads.deferToThread(prepare_intent_matchers, self.dialplan)
+        yield matchers_ready
         self.store.watch(1.0)
         self._start_web()
         self._start_sip()
