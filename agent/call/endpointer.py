@@ -23,14 +23,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agent.call.completeness import Completeness, completeness
+from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
-
-#: words after which a phrase is almost never finished
-CONTINUATION_WORDS = frozenset("""
-a an the to and or but of for with my your our their his her its this that these those
-in on at from by about into like want would could should can will i im i'm we you is are
-was were be been am do does did please um uh er so because if then than
-""".split())
 
 #: what people say to show they are listening ("uh-huh" and "mm-hmm" are matched without hyphens)
 ACKNOWLEDGEMENTS = frozenset({"uh huh", "mhm", "mm hmm", "okay", "ok", "yeah", "yep", "right", "sure", "alright",
@@ -39,19 +33,6 @@ ACKNOWLEDGEMENTS = frozenset({"uh huh", "mhm", "mm hmm", "okay", "ok", "yeah", "
 HESITATIONS = frozenset({"uh", "um", "ah", "oh", "hmm", "mm"})
 #: short replies that acknowledge without taking the turn
 BACKCHANNELS = ACKNOWLEDGEMENTS | HESITATIONS
-
-_WORD = re.compile(r"[a-z']+")
-
-
-def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
-def looks_unfinished(text: str) -> bool:
-    """True when the phrase ends with a word that needs a continuation."""
-    w = words(text)
-    return bool(w) and w[-1] in CONTINUATION_WORDS
-
 
 def _plain(text: str) -> str:
     return " ".join(words(text.replace("-", " ")))

@@ -2,9 +2,15 @@
 import pytest
 
 from agent.call.prosody import ProsodyReading
+from agent.call.completeness import Completeness, completeness
 from agent.call.endpointer import (
-    EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel, looks_unfinished,
+    EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel,
 )
+
+
+def unfinished(text: str) -> bool:
+    return completeness(text) is Completeness.UNFINISHED
+
 
 def ms(t: float) -> float:
     """A time stamp written in milliseconds, as the endpointer's seconds."""
@@ -126,8 +132,8 @@ def test_noise_without_words_ends_only_after_the_long_silence():
 
 def test_phrase_classifiers():
     """Unfinished phrases end with a function word; backchannels are acknowledgements."""
-    assert looks_unfinished("I would like to") and looks_unfinished("check my")
-    assert not looks_unfinished("check my balance")
+    assert unfinished("I would like to") and unfinished("check my")
+    assert not unfinished("check my balance")
     assert is_backchannel("uh-huh") and is_backchannel("okay") and is_backchannel("mm hmm") and is_backchannel("")
     assert not is_backchannel("okay check my balance")
 
