@@ -79,18 +79,23 @@ class MediaPipeline:
         self.frames += 1
         events = self._vad.feed(pcm)
         now = self._reactor.seconds()
-        if self._vad.last_frame_voiced:
+        voiced = self._vad.last_frame_voiced
+        prosody = self.prosody
+        if voiced:
             self.last_voiced_at = now
-            self._voice_onset(pcm, now)
+            measured = self._voice_onset(pcm, now)
+            if prosody is not None:
+                # One periodicity window per voiced frame serves the onset and the pitch.
+                periodicity = measured if measured is not None else self._meter.feed(pcm)
+                prosody.feed_pitch(True, now, periodicity, self._meter.pitch_hz)
         else:
+            if prosody is not None:
+                prosody.feed_pitch(False, now)
             self._periodic_ms = self._sibilant_ms = 0.0
             self._gap_ms += self._frame_ms
             if self._gap_ms >= _RUN_GAP_MS:
                 self._run_ms = 0.0
                 self._onset_sent = False
-        prosody = self.prosody
-        if prosody is not None:
-            prosody.feed(pcm, self._vad.last_frame_voiced, now)
         recorder = self.recorder
         if recorder is not None:
             recorder.append(pcm)
@@ -118,15 +123,17 @@ class MediaPipeline:
         self._periodic_ms = self._sibilant_ms = 0.0
         self._onset_sent = False
 
-    def _voice_onset(self, pcm: bytes, now: float) -> None:
-        """Detect a voice (periodic sound, or a sibilant) starting; pause an interruptible prompt at once."""
+    def _voice_onset(self, pcm: bytes, now: float) -> float | None:
+        """Detect a voice (periodic sound, or a sibilant) starting; pause an interruptible prompt at once.
+        Returns the frame's periodicity when it was measured (until the onset is sent)."""
         if self._run_ms == 0.0:
             self._run_started_at = now - self._frame_ms / 1000.0
         self._gap_ms = 0.0
         self._run_ms += self._frame_ms
         if self._onset_sent:
-            return
-        if self._meter.feed(pcm) >= PERIODIC_VOICE:
+            return None
+        periodicity = self._meter.feed(pcm)
+        if periodicity >= PERIODIC_VOICE:
             self._periodic_ms += self._frame_ms
             self._sibilant_ms = 0.0
         elif self._meter.sibilance_db >= SIBILANT_DB:
@@ -140,3 +147,4 @@ class MediaPipeline:
                       and self.playout is not None and self.playout.pause())
             if self.on_onset is not None:
                 self._reactor.callFromThread(self.on_onset, self._run_started_at, paused)
+        return periodicity

@@ -78,7 +78,6 @@ class ProsodyTracker:
     MIN_PERIODICITY = 0.5
 
     def __init__(self, frame_ms: float = 10.0, sample_rate_hz: int = 16000) -> None:
-        self._frame_s = frame_ms / 1000.0
         self._meter = PeriodicityMeter(sample_rate_hz)
         self._pitch_history: deque[float] = deque(maxlen=self.HISTORY_FRAMES)
         self._stretches: deque[int] = deque(maxlen=20)
@@ -92,6 +91,14 @@ class ProsodyTracker:
 
     def feed(self, pcm: bytes, voiced: bool, now: float) -> None:
         """One frame of caller audio ending at *now* (seconds); *voiced*: the VAD's verdict."""
+        if voiced:
+            self.feed_pitch(True, now, self._meter.feed(pcm), self._meter.pitch_hz)
+        else:
+            self.feed_pitch(False, now)
+
+    def feed_pitch(self, voiced: bool, now: float, periodicity: float = 0.0, pitch_hz: float = 0.0) -> None:
+        """One frame whose periodicity and pitch a :class:`PeriodicityMeter` has already measured
+        (the media pipeline's own, so that a voiced frame is analysed once)."""
         if not voiced:
             if self._in_run:
                 self._in_run = False
@@ -101,8 +108,8 @@ class ProsodyTracker:
             return
         self._in_run = True
         self._last_voiced_end = now
-        if self._meter.feed(pcm) >= self.MIN_PERIODICITY and self._meter.pitch_hz > 0.0:
-            st = 12.0 * math.log2(self._meter.pitch_hz / 100.0)
+        if periodicity >= self.MIN_PERIODICITY and pitch_hz > 0.0:
+            st = 12.0 * math.log2(pitch_hz / 100.0)
             self._tail.append((now, st))
             self._pitch_history.append(st)
             self._stretch += 1
