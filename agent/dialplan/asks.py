@@ -38,20 +38,21 @@ def _matcher(ask: AskStep) -> IntentMatcher:
     return IntentMatcher(dict(ask_phrases(ask)), encoder=shared_encoder())
 
 
-def match_intent(ask: AskStep, text: str) -> IntentMatch | None:
+def match_intent(ask: AskStep, text: str, by_meaning: bool = True) -> IntentMatch | None:
     """The intent *text* selects; intents that fill slots are also tried without the words of
-    their slot values ("book an appointment tomorrow at 3 pm")."""
+    their slot values ("book an appointment tomorrow at 3 pm"). *by_meaning*: see
+    :meth:`IntentMatcher.match`."""
     if not ask.intents:
         return None
     matcher = _matcher(ask)
-    match = matcher.match(text)
+    match = matcher.match(text, by_meaning)
     kinds = sorted({kind for intent in ask.intents for _, kind in intent.slots})
     if match is not None or not kinds:
         return match
     stripped = strip_slot_words(text, kinds)
     if not stripped or stripped == text:
         return None
-    match = matcher.match(stripped)
+    match = matcher.match(stripped, by_meaning)
     if match is not None and intent_named(ask, match).slots:
         return match
     return None

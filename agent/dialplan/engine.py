@@ -136,17 +136,18 @@ class DialogueSession(FlowRunner):
         return tuple(self._history)
 
     def peek_intent(self, text: str) -> IntentMatch | None:
-        """The intent *text* would select at the waiting ask, without acting on it.
+        """The intent *text* selects at the waiting ask by the examples' words, without acting on it.
 
-        For end-of-turn detection: a partial transcript that already completes an intent lets
-        the endpointer accept a shorter silence. None when no ask is waiting, nothing matches,
-        a yes/no question is open, or the intent would end or transfer the call and the words
-        are not exactly one of its examples.
+        For end-of-turn detection, asked on every interim transcript: a partial transcript that
+        already completes an intent lets the endpointer accept a shorter silence, and only a
+        match by words is sure enough for that, so the transcript is not embedded here. None
+        when no ask is waiting, nothing matches, a yes/no question is open, or the intent would
+        end or transfer the call and the words are not exactly one of its examples.
         """
         ask = self._listening_ask()
         if ask is None or self._question is not None:
             return None
-        match = match_intent(ask, text)
+        match = match_intent(ask, text, by_meaning=False)
         if match is None:
             return None
         intent = intent_named(ask, match)

@@ -299,18 +299,22 @@ class IntentMatcher:
                 keywords = tuple(True for _ in tokens)
             self._examples.append(_Example(name, example, tuple(tokens), weights, keywords))
 
-    def match(self, transcript: str) -> IntentMatch | None:
-        """Return the best intent for *transcript*, or None when no intent is convincing."""
+    def match(self, transcript: str, by_meaning: bool = True) -> IntentMatch | None:
+        """Return the best intent for *transcript*, or None when no intent is convincing.
+
+        *by_meaning* False: by the examples' words alone (what a sure match needs: a match by
+        meaning never scores :data:`LEXICAL_SURE_SCORE`), without embedding the transcript."""
         ranked = self.scores(transcript)
         lexical = ranked[0] if ranked and ranked[0].score >= self.threshold else None
-        if self._semantic is None or not transcript.strip():
+        if self._semantic is None or not by_meaning or not transcript.strip():
+            return lexical
+        if lexical is not None and lexical.score >= LEXICAL_SURE_SCORE:
             return lexical
         if lexical is None and not _has_content_word(transcript):
             return None  # "i would like to", "can i": no request yet, whatever it resembles
         meaning = self._semantic.compare(transcript)
         if lexical is not None and (
-            lexical.score >= LEXICAL_SURE_SCORE
-            or meaning.by_intent[lexical.name] >= max(meaning.by_intent.values()) - LEXICAL_VETO_COSINE
+            meaning.by_intent[lexical.name] >= max(meaning.by_intent.values()) - LEXICAL_VETO_COSINE
         ):
             return lexical
         return self._match_by_meaning(meaning)

@@ -175,3 +175,31 @@ def test_without_encoder_matching_is_lexical(monkeypatch: pytest.MonkeyPatch) ->
     matcher = IntentMatcher(MENU, encoder=shared_encoder())
     assert matcher.match("check my balance") is not None
     assert matcher.match("could you put me through to someone") is None
+
+
+class _CountingEncoder:
+    """Wraps the real encoder and counts the texts it is asked to encode."""
+
+    def __init__(self, inner: WordLlamaEncoder) -> None:
+        self.inner = inner
+        self.encoded: list[str] = []
+
+    def encode(self, texts):  # type: ignore[no-untyped-def]
+        self.encoded.extend(texts)
+        return self.inner.encode(texts)
+
+
+def test_a_sure_match_by_words_and_a_words_only_match_embed_nothing(encoder: WordLlamaEncoder) -> None:
+    """The transcript is embedded only when its words leave the match in doubt: not for an exact
+    example (it stands whatever its meaning), nor when only a match by words is asked for (the
+    end-of-turn check on every interim transcript)."""
+    counting = _CountingEncoder(encoder)
+    matcher = IntentMatcher(MENU, encoder=counting)
+    built = len(counting.encoded)
+    sure = matcher.match("check my balance")
+    assert sure is not None and sure.name == "balance" and sure.score >= COMPLETE_MIN_SCORE
+    assert matcher.match("i was wondering how much money is left in my account", by_meaning=False) is None
+    assert len(counting.encoded) == built
+    loose = matcher.match("i was wondering how much money is left in my account")
+    assert loose is not None and loose.name == "balance"
+    assert len(counting.encoded) == built + 1
