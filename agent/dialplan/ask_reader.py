@@ -234,7 +234,7 @@ class AskReader(NodeReader):
             slot_entries = self.mapping(entries["slots"][1])
             if slot_entries is None:
                 ok = False
-            for slot_name, (slot_key, type_node) in (slot_entries or {}).items():
+            for slot_key, type_node in (slot_entries or {}).values():
                 variable = self.variable_name(slot_key, "a slot name", assigning=True)
                 kind = self.choice(type_node)
                 if variable is None or kind is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -57,6 +56,7 @@ class NodeReader:
         self._flow_name = ""
         self.escalation_marks: dict[str, Mark] = {}
         """Where each escalation step was named in settings (first mention)."""
+        self.doc = Document(path, None)
 
     def person_offer(self, node: Node, base: PersonOffer) -> PersonOffer:
         """The ``offer_person_after``/``offer_prompt`` keys of *node* over *base*."""
@@ -71,7 +71,6 @@ class NodeReader:
             after if after is not None else base.after,
             prompt if prompt is not None else base.prompt,
         )
-        self.doc = Document(path, None)
 
     # -- reporting
 
