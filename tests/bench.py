@@ -1,26 +1,11 @@
-"""The scripts under ops/bench/ (files without .py) as modules, for the tests that use their code."""
+"""The scripts under ops/bench/ as modules, for the tests that use their code."""
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-from functools import lru_cache
-from importlib.machinery import SourceFileLoader
 from types import ModuleType
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ops.bench.scripts import load_script
 
-
-@lru_cache(maxsize=None)
-def load_script(script: str, module_name: str) -> ModuleType:
-    """ops/bench/*script* as the module *module_name* (loaded once)."""
-    loader = SourceFileLoader(module_name, os.path.join(ROOT, "ops", "bench", script))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module   # dataclasses look their module up while the class is made
-    loader.exec_module(module)
-    return module
+__all__ = ["load_bench", "load_script"]
 
 
 def load_bench() -> ModuleType:
