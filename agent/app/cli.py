@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("paths", nargs="+", metavar="PATH",
                     help="dialplan files; several are checked together as one dialplan")
     dc.add_argument("--each", action="store_true", help="check each file on its own")
+    dc.add_argument("--prepare", action="store_true",
+                    help="also build every ask's intent matcher (fills the sentence-vector cache)")
     dsim = dsub.add_parser("simulate", help="run a dialplan in the terminal or from a script",
                            description="Type what the caller says; '#1' presses a key, an empty "
                                        "line is silence, /vars shows variables, /quit ends.")
@@ -143,12 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "dialplan":
         if args.dialplan_command == "simulate":
             return _dialplan_simulate(args)
-        return _dialplan_check(args.paths, each=args.each)
+        return _dialplan_check(args.paths, each=args.each, prepare=args.prepare)
     return 2
 
 
-def _dialplan_check(paths: list[str], each: bool = False) -> int:
-    """Validate *paths* together (or each alone): every problem as file:line:column: message."""
+def _dialplan_check(paths: list[str], each: bool = False, prepare: bool = False) -> int:
+    """Validate *paths* together (or each alone): every problem as file:line:column: message.
+    *prepare*: build the intent matchers of the valid ones too."""
     from agent.dialplan.model import DialplanError, load_dialplans
 
     groups = [[path] for path in paths] if each else [paths]
@@ -166,6 +169,10 @@ def _dialplan_check(paths: list[str], each: bool = False) -> int:
             steps = sum(len(flow.steps) for flow in plan.flows.values())
             print(f"{', '.join(group)}: ok ({len(plan.routes)} routes, {flows} flows, "
                   f"{steps} steps; version {plan.digest})")
+            if prepare:
+                from agent.app.server import prepare_intent_matchers
+
+                print(f"{', '.join(group)}: {prepare_intent_matchers(plan)} asks prepared")
     return status
 
 

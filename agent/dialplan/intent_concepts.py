@@ -227,6 +227,7 @@ BACKGROUND: tuple[str, ...] = tuple(p.strip() for p in """
     what is the routing number
     send a wire transfer
     transfer money to another account
+    move money into my savings account
     pay a bill
     make a payment
     send me a statement

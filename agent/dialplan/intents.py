@@ -93,7 +93,8 @@ LEXICAL_VETO_COSINE = 0.1
 """A weaker lexical match yields to an intent this much nearer in meaning."""
 
 SEMANTIC_MIN_COSINE = 0.33
-"""Least cosine between a transcript and an intent's phrases for a match by meaning."""
+"""Least cosine between a transcript and an intent's phrases for a match by meaning, unless the
+encoder says its own (``min_cosine``: each encoder's cosines run on their own scale)."""
 
 SEMANTIC_MIN_MARGIN = 0.02
 """Least lead in cosine of the nearest intent over the runner-up."""
@@ -275,6 +276,7 @@ class IntentMatcher:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
         self._semantic = None
+        self._min_cosine = getattr(encoder, "min_cosine", SEMANTIC_MIN_COSINE)
         if encoder is not None and intents:
             from agent.dialplan.semantic import SemanticIndex
 
@@ -324,13 +326,14 @@ class IntentMatcher:
         ranked = sorted(meaning.by_intent.items(), key=lambda item: (-item[1], order[item[0]]))
         name, cosine = ranked[0]
         runner_up = ranked[1][1] if len(ranked) > 1 else -1.0
+        floor = self._min_cosine
         if (
-            cosine < SEMANTIC_MIN_COSINE
+            cosine < floor
             or cosine - runner_up < SEMANTIC_MIN_MARGIN
             or meaning.background - cosine > BACKGROUND_MARGIN_COSINE
         ):
             return None
-        strength = min(1.0, (cosine - SEMANTIC_MIN_COSINE) / (1.0 - SEMANTIC_MIN_COSINE))
+        strength = min(1.0, (cosine - floor) / (1.0 - floor))
         score = SEMANTIC_SCORE_FLOOR + (SEMANTIC_SCORE_CEILING - SEMANTIC_SCORE_FLOOR) * strength
         if score < self.threshold:
             return None

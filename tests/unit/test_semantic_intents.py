@@ -169,7 +169,7 @@ def test_without_encoder_matching_is_lexical(monkeypatch: pytest.MonkeyPatch) ->
     def broken() -> None:
         raise FileNotFoundError("weights missing")
 
-    monkeypatch.setattr(semantic, "WordLlamaEncoder", broken)
+    monkeypatch.setattr(semantic, "load_encoder", broken)
     assert semantic.preload() is False
     assert shared_encoder() is None
     matcher = IntentMatcher(MENU, encoder=shared_encoder())
@@ -182,6 +182,7 @@ class _CountingEncoder:
 
     def __init__(self, inner: WordLlamaEncoder) -> None:
         self.inner = inner
+        self.min_cosine = inner.min_cosine
         self.encoded: list[str] = []
 
     def encode(self, texts):  # type: ignore[no-untyped-def]
