@@ -23,18 +23,34 @@ def _pjsua() -> ctypes.CDLL:
         lib.pjsua_call_get_user_data.restype = ctypes.c_void_p
         lib.pjsua_call_hangup.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
         lib.pjsua_call_hangup.restype = ctypes.c_int
+        lib.pjsua_call_is_active.argtypes = [ctypes.c_int]
+        lib.pjsua_call_is_active.restype = ctypes.c_int
         _lib = lib
     return _lib
 
 
-def pjsua_calls(max_calls: int) -> dict[int, int]:
-    """{pjsua call id: address of the pjsua2 Call object pjsua reports its events to (0: none)}."""
-    lib = _pjsua()
+def _slots(lib: ctypes.CDLL, max_calls: int) -> list[int]:
+    """The call ids pjsua holds (live calls and calls still ending)."""
     ids = (ctypes.c_int * max_calls)()
     count = ctypes.c_uint(max_calls)
     if lib.pjsua_enum_calls(ids, ctypes.byref(count)) != 0:
-        return {}
-    return {ids[i]: lib.pjsua_call_get_user_data(ids[i]) or 0 for i in range(count.value)}
+        return []
+    return [ids[i] for i in range(count.value)]
+
+
+def pjsua_calls(max_calls: int) -> dict[int, int]:
+    """pjsua's live calls: {call id: address of the pjsua2 Call object pjsua reports its events to
+    (0: none)}. A call whose dialog has ended but whose slot pjsua still holds (its BYE transaction
+    is finishing) is not live: see :func:`slots_in_use`."""
+    lib = _pjsua()
+    return {cid: lib.pjsua_call_get_user_data(cid) or 0 for cid in _slots(lib, max_calls)
+            if lib.pjsua_call_is_active(cid)}
+
+
+def slots_in_use(max_calls: int) -> int:
+    """How many of pjsua's call slots are taken, by live calls or by calls still ending: pjsua
+    answers a new INVITE itself (a stateless 486) when none is left."""
+    return len(_slots(_pjsua(), max_calls))
 
 
 def hangup(call_id: int) -> int:

@@ -34,6 +34,7 @@ from twisted.logger import Logger
 from sip import calltable
 from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
 from sip.gate import AdmissionGate, Rejection
+from sip.lifecycle import CallLifecycle
 from sip.message import SipRequest, parse_request
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
@@ -139,20 +140,36 @@ class SipCall:
         self._media: pj.AudioMedia | None = None
         self._sink: FrameSink | None = None
         self._source: FrameSource | None = None
-        self.disconnected = False
+        #: answered, confirmed, ended: in whatever order pjsua reports them (sip/lifecycle.py)
+        self.life = CallLifecycle(stack._reactor, outbound=request is None,
+                                  on_ack_timeout=lambda: self.hangup(
+                                      why=f"timeout: no ACK for the 200 in {self.life.ack_timeout_s:.0f} s"))
         self._final_stats: dict[str, int] = {}
-        self.confirmed = False
         self.sip_call_id = request.call_id if request else ""
         self.codec = ""
         self.last_status = 0
-        #: a 2xx answer went out (pjsua's hangup then ends the call with BYE, once ACKed)
-        self.answered = False
-        #: why the agent hung this call up (empty: it did not)
-        self.hangup_reason = ""
         #: the speech region serving the call (sent on later legs as X-OpenClaw-Region)
         self.region = ""
 
     # -- attributes -----------------------------------------------------
+    @property
+    def disconnected(self) -> bool:
+        return self.life.ended
+
+    @property
+    def confirmed(self) -> bool:
+        return self.life.confirmed
+
+    @property
+    def answered(self) -> bool:
+        """A 2xx answer went out."""
+        return self.life.answered
+
+    @property
+    def hangup_reason(self) -> str:
+        """Why the agent hung this call up (empty: it did not)."""
+        return self.life.hangup_reason
+
     @property
     def called(self) -> str:
         return self.request.called if self.request else ""
@@ -207,8 +224,7 @@ class SipCall:
             log.warn("call {call_id} answer {status} failed: {err}", status=status, err=e.info(),
                      call_id=self.sip_call_id)
             return False
-        if 200 <= status < 300 and not self.disconnected:
-            self.answered = True
+        self.life.answer_sent(status)
         return True
 
     def hangup(self, status: int = 0, reason: str = "", why: str = "") -> None:
@@ -217,15 +233,13 @@ class SipCall:
         *why* says who decided it (dialplan, timeout, shutdown, ...); every hangup is logged with
         it and the call id, and a call that already ended is left alone (its pjsua slot may
         belong to another call by now)."""
-        if self._pj is None or self.disconnected:
+        if self._pj is None:
             return
-        if self.confirmed or self.answered:
-            what = "BYE"
-        elif self.request is None:
-            what = "CANCEL"
-        else:
+        what = self.life.hangup(why)
+        if what is None:
+            return
+        if what == "response":
             what = f"{status or 603} response"
-        self.hangup_reason = why or "unspecified"
         log.info("call {call_id} hanging up ({what}): {why}", call_id=self.sip_call_id, what=what,
                  why=self.hangup_reason)
         if self._stack.on_hangup is not None:
@@ -311,18 +325,16 @@ class SipCall:
         self.last_status = ci.lastStatusCode
         if not self.sip_call_id:
             self.sip_call_id = ci.callIdString
-        if ci.state == pj.PJSIP_INV_STATE_CONFIRMED and not self.confirmed:
-            self.confirmed = True
+        if ci.state == pj.PJSIP_INV_STATE_CONFIRMED and self.life.on_confirmed():
             _safe(self.callbacks.on_confirmed)
         elif ci.state == pj.PJSIP_INV_STATE_DISCONNECTED and not self.disconnected:
             self._end(ci.lastStatusCode, ci.lastReason)
 
     def _end(self, code: int, reason: str) -> None:
         """The call is over (pjsua said so, or the reconciler found it gone): exactly once."""
-        if self.disconnected:
+        if not self.life.on_ended():
             return
-        self.disconnected = True
-        if self.answered and not self.confirmed and not self.hangup_reason:
+        if self.life.ended_without_ack:
             log.warn("call {call_id} ended without an ACK for the 200 ({code} {reason})",
                      call_id=self.sip_call_id, code=code, reason=reason)
         self._release_media()
@@ -437,6 +449,10 @@ class SipStack:
         pjsua2 has no call enumeration: :mod:`sip.calltable` reads pjsua's C API."""
         return calltable.pjsua_calls(PJSUA_MAX_CALLS) if self._ep is not None else {}
 
+    def slots_in_use(self) -> int:
+        """pjsua's call slots taken, by live calls or by calls pjsua is still ending."""
+        return calltable.slots_in_use(PJSUA_MAX_CALLS) if self._ep is not None else 0
+
     def hangup_unknown(self, slot: int, why: str) -> None:
         """Hang up a call pjsua holds in *slot* that no SipCall of this stack stands for."""
         if self._ep is None or slot not in self.pjsua_calls():
@@ -530,7 +546,7 @@ class SipStack:
             self._stats_poller.stop()
         live = [c for c in self._calls.values() if not c.disconnected]
         for call in live:
-            call.hangup_reason = call.hangup_reason or "shutdown: the SIP stack is stopping"
+            call.life.hangup_reason = call.hangup_reason or "shutdown: the SIP stack is stopping"
             log.info("call {call_id} hanging up: {why}", call_id=call.sip_call_id, why=call.hangup_reason)
         try:
             self._ep.hangupAllCalls()

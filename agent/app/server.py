@@ -278,7 +278,9 @@ class AgentServer:
             return self._unavailable()
         if call_id in self._admitted:
             return None  # a retransmission of an INVITE already admitted
-        in_use = len(self.stack.calls) if self.stack else 0
+        # pjsua's own slots count too: a call the agent has ended may hold one a little longer
+        # (its BYE transaction), and pjsua answers an INVITE with no slot left with a 486.
+        in_use = max(len(self.stack.calls), self.stack.slots_in_use()) if self.stack else 0
         if in_use + self._pending_admissions() >= self.capacity:
             self.metrics.calls.labels("rejected_capacity").inc()
             log.info("call {call_id} from {caller} to {called} refused: 503 at capacity ({n}/{cap})",
