@@ -1,5 +1,7 @@
 """The pjsua2 adapter: the only module of the project that imports pjsua2.
 
+(Over 600 lines: every pjsua2 object's lifetime -- calls, ports, the endpoint -- is kept here together.)
+
 Threading model (see docs/architecture.md):
 
 * The pjsua2 endpoint runs with no worker threads (``threadCnt = 0``,
@@ -29,8 +31,10 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from sip import calltable
 from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
 from sip.gate import AdmissionGate, Rejection
+from sip.lifecycle import CallLifecycle
 from sip.message import SipRequest, parse_request
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
@@ -136,9 +140,11 @@ class SipCall:
         self._media: pj.AudioMedia | None = None
         self._sink: FrameSink | None = None
         self._source: FrameSource | None = None
-        self.disconnected = False
+        #: answered, confirmed, ended: in whatever order pjsua reports them (sip/lifecycle.py)
+        self.life = CallLifecycle(stack._reactor, outbound=request is None,
+                                  on_ack_timeout=lambda: self.hangup(
+                                      why=f"timeout: no ACK for the 200 in {self.life.ack_timeout_s:.0f} s"))
         self._final_stats: dict[str, int] = {}
-        self.confirmed = False
         self.sip_call_id = request.call_id if request else ""
         self.codec = ""
         self.last_status = 0
@@ -146,6 +152,24 @@ class SipCall:
         self.region = ""
 
     # -- attributes -----------------------------------------------------
+    @property
+    def disconnected(self) -> bool:
+        return self.life.ended
+
+    @property
+    def confirmed(self) -> bool:
+        return self.life.confirmed
+
+    @property
+    def answered(self) -> bool:
+        """A 2xx answer went out."""
+        return self.life.answered
+
+    @property
+    def hangup_reason(self) -> str:
+        """Why the agent hung this call up (empty: it did not)."""
+        return self.life.hangup_reason
+
     @property
     def called(self) -> str:
         return self.request.called if self.request else ""
@@ -157,15 +181,38 @@ class SipCall:
     def header(self, name: str) -> str | None:
         return self.request.header(name) if self.request else None
 
+    def pjsua_slot(self) -> tuple[int, int]:
+        """(pjsua call id, address of this call's pjsua2 object): what pjsua's table should show."""
+        pjc = self._pj
+        if pjc is None:
+            return (-1, 0)
+        try:
+            return (pjc.getId(), int(pjc.this))
+        except Exception:  # noqa: BLE001
+            return (-1, 0)
+
+    def lost(self, why: str) -> None:
+        """pjsua no longer reports this call (the reconciler found it): end it here, once.
+
+        When pjsua still holds the call with nobody receiving its events, it is hung up first;
+        a slot pjsua now reports to another call is left alone."""
+        if self.disconnected:
+            return
+        slot, _owner = self.pjsua_slot()
+        if slot >= 0 and self._stack.pjsua_calls().get(slot) == 0:
+            self.hangup(why=why)
+        self._end(0, why)
+
     # -- actions (reactor thread) ---------------------------------------
     def attach_media(self, sink: FrameSink, source: FrameSource) -> None:
         """Route audio to *sink* and from *source* once media is active."""
         self._sink, self._source = sink, source
         self._connect_media()
 
-    def answer(self, status: int = 200, reason: str = "", headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def answer(self, status: int = 200, reason: str = "", headers: tuple[tuple[str, str], ...] = ()) -> bool:
+        """Send a response to the INVITE; False when pjsua refused to (the call is then not answered)."""
         if self._pj is None or self.disconnected:
-            return
+            return False
         prm = pj.CallOpParam(True)
         prm.statusCode = status
         if reason:
@@ -174,11 +221,29 @@ class SipCall:
         try:
             self._pj.answer(prm)
         except pj.Error as e:
-            log.warn("answer {status} failed: {err}", status=status, err=e.info(), call_id=self.sip_call_id)
+            log.warn("call {call_id} answer {status} failed: {err}", status=status, err=e.info(),
+                     call_id=self.sip_call_id)
+            return False
+        self.life.answer_sent(status)
+        return True
 
-    def hangup(self, status: int = 0, reason: str = "") -> None:
-        if self._pj is None or self.disconnected:
+    def hangup(self, status: int = 0, reason: str = "", why: str = "") -> None:
+        """End the call: BYE once answered (after the ACK), a final response or CANCEL before.
+
+        *why* says who decided it (dialplan, timeout, shutdown, ...); every hangup is logged with
+        it and the call id, and a call that already ended is left alone (its pjsua slot may
+        belong to another call by now)."""
+        if self._pj is None:
             return
+        what = self.life.hangup(why)
+        if what is None:
+            return
+        if what == "response":
+            what = f"{status or 603} response"
+        log.info("call {call_id} hanging up ({what}): {why}", call_id=self.sip_call_id, what=what,
+                 why=self.hangup_reason)
+        if self._stack.on_hangup is not None:
+            _safe(self._stack.on_hangup, what, self.hangup_reason)
         prm = pj.CallOpParam(True)
         if status:
             prm.statusCode = status
@@ -187,7 +252,7 @@ class SipCall:
         try:
             self._pj.hangup(prm)
         except pj.Error as e:
-            log.warn("hangup failed: {err}", err=e.info(), call_id=self.sip_call_id)
+            log.warn("call {call_id} hangup failed: {err}", err=e.info(), call_id=self.sip_call_id)
 
     def transfer(self, target_uri: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
         """Blind transfer with REFER; progress arrives at ``on_transfer_status``."""
@@ -260,14 +325,21 @@ class SipCall:
         self.last_status = ci.lastStatusCode
         if not self.sip_call_id:
             self.sip_call_id = ci.callIdString
-        if ci.state == pj.PJSIP_INV_STATE_CONFIRMED and not self.confirmed:
-            self.confirmed = True
+        if ci.state == pj.PJSIP_INV_STATE_CONFIRMED and self.life.on_confirmed():
             _safe(self.callbacks.on_confirmed)
         elif ci.state == pj.PJSIP_INV_STATE_DISCONNECTED and not self.disconnected:
-            self.disconnected = True
-            self._release_media()
-            _safe(self.callbacks.on_disconnected, ci.lastStatusCode, ci.lastReason)
-            self._stack._forget(self)
+            self._end(ci.lastStatusCode, ci.lastReason)
+
+    def _end(self, code: int, reason: str) -> None:
+        """The call is over (pjsua said so, or the reconciler found it gone): exactly once."""
+        if not self.life.on_ended():
+            return
+        if self.life.ended_without_ack:
+            log.warn("call {call_id} ended without an ACK for the 200 ({code} {reason})",
+                     call_id=self.sip_call_id, code=code, reason=reason)
+        self._release_media()
+        _safe(self.callbacks.on_disconnected, code, reason)
+        self._stack._forget(self)
 
     def _on_media_state(self) -> None:
         if self._pj is None or self.disconnected:
@@ -349,7 +421,15 @@ class SipStack:
         self._ep: pj.Endpoint | None = None
         self._account: _Account | None = None
         self._calls: dict[int, SipCall] = {}
-        self._graveyard: list[object] = []
+        #: pjsua2 Call objects of ended calls, released only while their pjsua slot is free
+        #: (see _release_ended_calls)
+        self._graveyard: list[_PjCall] = []
+        #: how often an ended call's object had to wait because pjsua had reused its slot
+        self.deferred_releases = 0
+        #: polls of the endpoint so far (what pjsua does for one received request happens within one)
+        self.polls = 0
+        #: told of every hangup the agent makes: (what is sent, why)
+        self.on_hangup: Callable[[str, str], None] | None = None
         #: media ports not lent to a call; all of them live until stop()
         self._idle_ports: list[_MediaPort] = []
         self._ports: list[_MediaPort] = []
@@ -362,6 +442,23 @@ class SipStack:
     @property
     def calls(self) -> list[SipCall]:
         return list(self._calls.values())
+
+    def pjsua_calls(self) -> dict[int, int]:
+        """pjsua's own call table: {call id: address of the pjsua2 object it reports to (0: none)}.
+
+        pjsua2 has no call enumeration: :mod:`sip.calltable` reads pjsua's C API."""
+        return calltable.pjsua_calls(PJSUA_MAX_CALLS) if self._ep is not None else {}
+
+    def slots_in_use(self) -> int:
+        """pjsua's call slots taken, by live calls or by calls pjsua is still ending."""
+        return calltable.slots_in_use(PJSUA_MAX_CALLS) if self._ep is not None else 0
+
+    def hangup_unknown(self, slot: int, why: str) -> None:
+        """Hang up a call pjsua holds in *slot* that no SipCall of this stack stands for."""
+        if self._ep is None or slot not in self.pjsua_calls():
+            return
+        log.warn("pjsua call {slot} is unknown to the agent: hanging it up ({why})", slot=slot, why=why)
+        calltable.hangup(slot)
 
     def start(self) -> None:
         ep = pj.Endpoint()
@@ -447,6 +544,10 @@ class SipStack:
             self._poller.stop()
         if self._stats_poller is not None and self._stats_poller.running:
             self._stats_poller.stop()
+        live = [c for c in self._calls.values() if not c.disconnected]
+        for call in live:
+            call.life.hangup_reason = call.hangup_reason or "shutdown: the SIP stack is stopping"
+            log.info("call {call_id} hanging up: {why}", call_id=call.sip_call_id, why=call.hangup_reason)
         try:
             self._ep.hangupAllCalls()
             for _ in range(50):
@@ -512,12 +613,39 @@ class SipStack:
     def _poll(self) -> None:
         if self._ep is None:
             return
+        self.polls += 1
         try:
             self._ep.libHandleEvents(0)
         except pj.Error as e:
             log.warn("libHandleEvents: {err}", err=e.info())
         if self._graveyard:
-            self._graveyard.clear()
+            self._release_ended_calls()
+
+    def _release_ended_calls(self) -> None:
+        """Drop the pjsua2 objects of ended calls whose pjsua slot is free.
+
+        pjsua reuses a call id (slot) as soon as a call has ended: at capacity the next INVITE
+        gets the slot just freed, often in the same ``libHandleEvents``. pjsua2's ``~Call()``
+        clears the user data of the slot its object *had* and hangs up whatever call is active
+        there, so an old object destroyed after its slot was reused cut off the new call (a BYE
+        nobody asked for) and orphaned it from its callbacks (no DISCONNECTED, no session
+        close, no call record, a slot counted as busy for ever). An object is therefore
+        destroyed only here, between polls, while no call occupies its slot.
+        """
+        keep: list[_PjCall] = []
+        for pjc in self._graveyard:
+            try:
+                reused = pjc.isActive()
+            except Exception:  # noqa: BLE001 -- never let a release fail the poll
+                reused = False
+            if reused:
+                if not getattr(pjc, "_deferred", False):
+                    pjc._deferred = True
+                    self.deferred_releases += 1
+                    log.debug("pjsua slot {slot} reused before the ended call's object was released",
+                              slot=pjc.getId())
+                keep.append(pjc)
+        self._graveyard = keep
 
     def _keep_stats(self) -> None:
         for call in self.calls:
@@ -529,6 +657,13 @@ class SipStack:
             request = parse_request(prm.rdata.wholeMsg)
         except ValueError:
             request = None
+        stale = self._calls.get(prm.callId)
+        if stale is not None and not stale.disconnected:
+            # pjsua gives a call id only to a call that has ended: the call still filed under it
+            # missed its DISCONNECTED. End it now (session closed, record written), once.
+            log.warn("call {call_id} ended without pjsua saying so: its call id {slot} went to a new call",
+                     call_id=stale.sip_call_id, slot=prm.callId)
+            stale._end(0, "call id reused by pjsua")
         call = SipCall(self, request)
         self._all_calls.add(call)
         pjc = _PjCall(call, acc, prm.callId)
@@ -547,13 +682,12 @@ class SipStack:
         for key, value in list(self._calls.items()):
             if value is call:
                 del self._calls[key]
-        # Drop the pjsua2 object on a later turn, never inside its own callback.
-        if call._pj is not None:
-            self._graveyard.append(call._pj)
-            self._reactor.callLater(0, self._bury, call)
-
-    def _bury(self, call: SipCall) -> None:
-        call._pj = None
+        # The pjsua2 object goes to the graveyard now (never destroyed inside its own callback,
+        # nor while its slot holds another call: see _release_ended_calls); the SipCall, which
+        # sessions and records may keep, no longer reaches it.
+        pjc, call._pj = call._pj, None
+        if pjc is not None:
+            self._graveyard.append(pjc)
 
     def _on_reg_state(self, code: int, reason: str, expiration: int) -> None:
         if self._on_registration is not None:

@@ -28,6 +28,8 @@ class SipSettings:
     rtp_port: int = 4000
     rtp_port_range: int = 200
     registration: RegistrationConfig | None = None
+    #: how often the server's calls are checked against pjsua's call table (docs/configuration.md)
+    reconcile_interval_ms: int = 5000
 
 
 @dataclass(frozen=True)
@@ -244,7 +246,7 @@ def load_config(path: str | None) -> ServerConfig:
     sip = SipSettings()
     if (r := top.sub("sip")) is not None:
         r.check_keys(("host", "port", "public_address", "capacity", "retry_after_s", "codecs",
-                      "rtp_port", "rtp_port_range", "registration"))
+                      "rtp_port", "rtp_port_range", "registration", "reconcile_interval_ms"))
         codecs = r.strings("codecs", sip.codecs)
         for c in codecs:
             if c not in ("PCMU", "PCMA", "G722"):
@@ -266,7 +268,9 @@ def load_config(path: str | None) -> ServerConfig:
             retry_after_s=r.get("retry_after_s", int, sip.retry_after_s, _positive),
             codecs=codecs, rtp_port=r.get("rtp_port", int, sip.rtp_port, _port),
             rtp_port_range=r.get("rtp_port_range", int, sip.rtp_port_range, _positive),
-            registration=reg)
+            registration=reg,
+            reconcile_interval_ms=r.get("reconcile_interval_ms", int, sip.reconcile_interval_ms,
+                                        lambda v: None if 100 <= v <= 300000 else "expected 100 to 300000 ms"))
 
     media = MediaSettings()
     if (r := top.sub("media")) is not None:

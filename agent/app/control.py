@@ -19,10 +19,10 @@ class SipCallControl:
         self._server = server
         self.leg: SipCall | None = None
 
-    def hangup(self) -> None:
-        self._call.hangup()
+    def hangup(self, why: str = "") -> None:
+        self._call.hangup(why=why or "session")
         if self.leg is not None:
-            self.leg.hangup()
+            self.leg.hangup(why=f"transfer: leg of an ended call ({why or 'session'})")
 
     def transfer(self, target_uri: str) -> bool:
         region = getattr(self._call, "region", "")
@@ -55,7 +55,7 @@ class SipCallControl:
 
         def no_answer() -> None:
             if not leg.confirmed:
-                leg.hangup()
+                leg.hangup(why="transfer: the target did not answer in time")
                 report(False, "no_answer")
 
         timer = reactor.callLater(timeout_ms / 1000.0, no_answer)
@@ -64,12 +64,12 @@ class SipCallControl:
             if timer.active():
                 timer.cancel()
             if self._call.disconnected:
-                leg.hangup()
+                leg.hangup(why="transfer: the caller left before the target answered")
                 return
             if self._call.bridge_to(leg):
                 report(True, "")
             else:
-                leg.hangup()
+                leg.hangup(why="transfer: no media on the target")
                 report(False, "no media on the transfer target")
 
         def leg_ended(code: int, reason: str) -> None:
@@ -78,7 +78,7 @@ class SipCallControl:
             if not leg.confirmed:
                 report(False, f"{code} {reason}".strip())
             elif not self._call.disconnected:
-                self._call.hangup()  # the target hung up: end the caller's leg too
+                self._call.hangup(why="transfer: the target hung up")  # end the caller's leg too
 
         leg.callbacks.on_confirmed = answered
         leg.callbacks.on_disconnected = leg_ended

@@ -7,6 +7,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 CALL_OUTCOMES = ("answered", "rejected_capacity", "rejected_draining", "rejected_no_route", "rejected_bad_request",
                  "failed")
 
+#: who decided that the agent hangs up a call (reason label of openclaw_agent_hangups_total)
+AGENT_HANGUP_REASONS = ("dialplan", "timeout", "shutdown", "transfer", "answer_failed", "duplicate", "reconciler", "other")
+
 _LATENCY_BUCKETS = (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 _FRAME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 
@@ -91,3 +94,14 @@ class AgentMetrics:
             self.calls_ended_by_server.labels(how)
         self.speech_up = Gauge("openclaw_speech_backend_up", "1 when the speech backend answers its health check",
                                registry=r)
+        self.call_slot_repairs = Counter(
+            "openclaw_call_slot_repairs_total",
+            "Differences between the server's calls and pjsua's call table that the reconciler repaired",
+            ["kind"], registry=r)
+        for kind in ("lost_call", "unknown_pjsua_call", "stale_session", "active_gauge"):
+            self.call_slot_repairs.labels(kind)
+        self.agent_hangups = Counter(
+            "openclaw_agent_hangups_total", "Calls the agent hung up itself, by who decided it", ["reason"],
+            registry=r)
+        for reason in AGENT_HANGUP_REASONS:
+            self.agent_hangups.labels(reason)

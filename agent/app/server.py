@@ -36,7 +36,8 @@ from agent.dialplan.model import AskStep, Dialplan, static_prompts
 from agent.dialplan.store import DialplanStore
 from agent.integrations.webhook import call_webhook
 from agent.call.endpointer import EndpointerConfig
-from agent.app.metrics import AgentMetrics
+from agent.app.metrics import AGENT_HANGUP_REASONS, AgentMetrics
+from agent.app.reconciler import CallReconciler, server_reconciler
 from agent.call.record import CallInfo
 from agent.call.session import CallSession, SessionSettings
 from agent.integrations.model import ask_model
@@ -98,6 +99,7 @@ class AgentServer:
         self.drain_timeout_s: float | None = None
         self._drain_timer: Any = None
         self._goodbye_timer: Any = None
+        self.reconciler: CallReconciler | None = None
 
     @property
     def dialplan(self) -> Dialplan:
@@ -209,7 +211,10 @@ class AgentServer:
                         jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=s.registration,
                         rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range)
         self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration)
+        self.stack.on_hangup = self._on_agent_hangup
         self.stack.start()
+        self.reconciler = server_reconciler(self, s.reconcile_interval_ms / 1000.0)
+        self.reconciler.start()
 
     def _start_web(self) -> None:
         from prometheus_client.twisted import MetricsResource
@@ -237,6 +242,8 @@ class AgentServer:
         """Hang up calls, stop SIP, the web port and the embedded speech server."""
         self.stopping = True
         self.store.stop()
+        if self.reconciler is not None:
+            self.reconciler.stop()
         for session in list(self.sessions.values()):
             session.close("server shutting down")
         if self.stack is not None:
@@ -271,7 +278,9 @@ class AgentServer:
             return self._unavailable()
         if call_id in self._admitted:
             return None  # a retransmission of an INVITE already admitted
-        in_use = len(self.stack.calls) if self.stack else 0
+        # pjsua's own slots count too: a call the agent has ended may hold one a little longer
+        # (its BYE transaction), and pjsua answers an INVITE with no slot left with a 486.
+        in_use = max(len(self.stack.calls), self.stack.slots_in_use()) if self.stack else 0
         if in_use + self._pending_admissions() >= self.capacity:
             self.metrics.calls.labels("rejected_capacity").inc()
             log.info("call {call_id} from {caller} to {called} refused: 503 at capacity ({n}/{cap})",
@@ -287,6 +296,7 @@ class AgentServer:
             log.info("call {call_id} refused: 503, no speech region ({reason}: {detail})", call_id=call_id,
                      reason=placed.reason, detail=placed.detail)
             return self._unavailable(placed.retry_after_s)
+        placed.poll = self.stack.polls if self.stack else 0
         self._admitted[call_id] = placed
         return None
 
@@ -372,7 +382,7 @@ class AgentServer:
             session.hang_up("server stopping")
         if self.stack is not None:
             for call in self.stack.calls:
-                call.hangup()
+                call.hangup(why="server stopping (forced)")
         self._check_idle()
 
     def _check_idle(self) -> None:
@@ -398,17 +408,30 @@ class AgentServer:
         return choice
 
     def _pending_admissions(self) -> int:
-        # INVITEs admitted by the gate that pjsua has not turned into calls yet.
+        # INVITEs admitted by the gate that pjsua has not turned into calls yet. pjsua creates the
+        # call (incoming_call) while it handles the INVITE the gate admitted, within the same poll;
+        # an admission from an earlier poll that never became a call was answered by pjsua itself
+        # (e.g. 488 for an unusable SDP) and must not hold a slot.
         now = self.reactor.seconds()
+        poll = self.stack.polls if self.stack else 0
         for cid, adm in list(self._admitted.items()):
-            if now - adm.at > 32.0:
+            if adm.poll != poll or now - adm.at > 32.0:
                 del self._admitted[cid]
+                log.info("call {call_id} was admitted but pjsua answered it itself; its slot is free again",
+                         call_id=cid)
         known = {c.sip_call_id for c in self.stack.calls} if self.stack else set()
         return sum(1 for cid in self._admitted if cid not in known)
 
     def incoming_call(self, call: SipCall) -> None:
         cid = call.sip_call_id
-        admitted = self._admitted.get(cid)
+        # From here the call counts in stack.calls, no longer as a pending admission.
+        admitted = self._admitted.pop(cid, None)
+        if cid in self.sessions:
+            # Sessions, records and metrics are keyed by Call-ID: a second INVITE with the Call-ID
+            # of a call in progress (a loop, or a broken peer) must not take the first one's place.
+            log.warn("call {call_id} refused: 482, a call with this Call-ID is in progress", call_id=cid)
+            call.answer(482, "Loop Detected")
+            return
         if admitted is None:  # not seen by the admission gate
             placed = self._place(call.caller, call.called, None, call.header("x-openclaw-region"))
             if isinstance(placed, NoRegion):
@@ -480,7 +503,7 @@ class AgentServer:
             session.close(f"disconnected {code} {reason}".strip())
             leg = control.leg
             if leg is not None and not leg.disconnected:
-                leg.hangup()
+                leg.hangup(why="transfer: the caller's leg ended")
 
         call.callbacks.on_disconnected = disconnected
         call.attach_media(session.media, session.playout)
@@ -488,15 +511,43 @@ class AgentServer:
         log.info("call {call_id} from {caller} to {called}: answering with flow {flow}, region {region} ({why})",
                  call_id=cid, caller=call.caller, called=call.called, flow=admitted.flow, region=selection.region,
                  why=selection.reason)
-        call.answer(200, headers=(("X-OpenClaw-Region", selection.region),))
+        if not call.answer(200, headers=(("X-OpenClaw-Region", selection.region),)) and not call.disconnected:
+            # pjsua could not answer (e.g. no media transport): refuse the call so that it ends, and
+            # with it the session, now -- not when the caller gives up.
+            call.hangup(500, "Server Internal Error", why="answer_failed: pjsua could not answer")
+            if not call.disconnected:
+                session.close("answer failed")
+
+    def _on_agent_hangup(self, what: str, why: str) -> None:
+        """Count every hangup the agent makes by who decided it (the log line is the SIP stack's)."""
+        if "server stopping" in why:
+            reason = "shutdown"
+        else:
+            reason = why.split(":", 1)[0].strip()
+        self.metrics.agent_hangups.labels(reason if reason in AGENT_HANGUP_REASONS else "other").inc()
 
     def _session_ended(self, session: CallSession) -> None:
-        if self.sessions.pop(session.call_id, None) is None:
+        # Exactly once per session, and only for the session the Call-ID maps to.
+        if self.sessions.get(session.call_id) is not session:
             return
+        del self.sessions[session.call_id]
         self._admitted.pop(session.call_id, None)
         self.metrics.active_calls.dec()
         duration = self.reactor.seconds() - session.started_at
         self.metrics.call_duration.observe(duration)
+        try:
+            record = self._call_record(session, duration)
+        except Exception as e:  # a record is never lost: write what is known
+            log.failure("call {call_id} record incomplete", call_id=session.call_id)
+            record = {"call_id": session.call_id, "end_reason": session.end_reason or "unknown",
+                      "duration_s": round(duration, 3), "record_error": repr(e)[:200]}
+        if self.worker_id is not None:
+            record["worker"] = self.worker_id
+        self._write_record(record)
+        if self.draining or self.ending_calls:
+            self.reactor.callLater(0, self._check_idle)
+
+    def _call_record(self, session: CallSession, duration: float) -> dict[str, Any]:
         info = session.info
         speech = info.regional_speech
         if speech is not None:
@@ -514,12 +565,10 @@ class AgentServer:
         call = info.sip_call
         if call is not None:
             record["rtp"] = call.rtp_stats()
+            if call.hangup_reason:
+                record["agent_hangup"] = call.hangup_reason
         self.metrics.playout_underruns.inc(session.playout.underruns)
-        if self.worker_id is not None:
-            record["worker"] = self.worker_id
-        self._write_record(record)
-        if self.draining or self.ending_calls:
-            self.reactor.callLater(0, self._check_idle)
+        return record
 
     def _write_record(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True)

@@ -17,7 +17,9 @@ class Reactor(Protocol):
 class CallControl(Protocol):
     """What a session may do to its SIP call (reactor thread)."""
 
-    def hangup(self) -> None: ...
+    def hangup(self, why: str = "") -> None:
+        """End the call (BYE once answered); *why* is logged with the call id."""
+
     def transfer(self, target_uri: str) -> bool: ...
 
     def bridge(self, target_uri: str, timeout_ms: int, on_result: Callable[[bool, str], None]) -> None:

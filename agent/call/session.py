@@ -432,7 +432,7 @@ class CallSession:
             self.turn_taker.stop_listening()
             if isinstance(action, Hangup):
                 log.info("call {call_id} hanging up: {reason}", reason=action.reason, **self.log_fields)
-                self.control.hangup()
+                self.control.hangup(f"dialplan: {action.reason}")
                 self.close(f"agent hangup: {action.reason}")
                 return
             self._current = action
@@ -529,7 +529,7 @@ class CallSession:
 
     def hang_up(self, reason: str) -> None:
         """Send BYE now and close the session."""
-        self.control.hangup()
+        self.control.hangup(reason)
         self.close(reason)
 
     def end_politely(self, text: str, voice: str, reason: str) -> None:

@@ -102,3 +102,15 @@ def test_general_model_alongside_hints_is_off_unless_configured(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("speech:\n  embedded_general_alongside_hints: true\n")
     assert load_config(str(p)).speech.embedded_general_alongside_hints is True
+
+
+def test_reconcile_interval_defaults_to_5_s_and_is_bounded(tmp_path):
+    """sip.reconcile_interval_ms: 5000 unless set; below 100 ms or above 5 minutes is an error with its position."""
+    assert load_config(None).sip.reconcile_interval_ms == 5000
+    p = tmp_path / "c.yaml"
+    p.write_text("sip:\n  reconcile_interval_ms: 1000\n")
+    assert load_config(str(p)).sip.reconcile_interval_ms == 1000
+    p.write_text("sip:\n  reconcile_interval_ms: 10\n")
+    with pytest.raises(ConfigError, match=r":2:26: config.sip.reconcile_interval_ms: expected 100 to 300000 ms"):
+        load_config(str(p))
+

@@ -70,11 +70,13 @@ class FakeSpeech:
 class FakeControl:
     def __init__(self, transfer_ok=True):
         self.hung_up = 0
+        self.hangup_reasons = []
         self.transfers = []
         self.transfer_ok = transfer_ok
 
-    def hangup(self):
+    def hangup(self, why=""):
         self.hung_up += 1
+        self.hangup_reasons.append(why)
 
     def transfer(self, uri):
         self.transfers.append(uri)
