@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from agent.integrations.tls import TlsSettings, load_ca_bundle
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.registration import RegistrationConfig
 
@@ -136,6 +137,8 @@ class ServerConfig:
     recordings_dir: str = "var/recordings"
     #: free-form values a dialplan can read as {{ config.NAME }}
     variables: tuple[tuple[str, str], ...] = ()
+    #: TLS of the agent's HTTP requests (webhooks, the dialogue model, its probes)
+    http: TlsSettings = field(default_factory=TlsSettings)
 
     def with_overrides(self, **sip: Any) -> "ServerConfig":
         return replace(self, sip=replace(self.sip, **{k: v for k, v in sip.items() if v is not None}))
@@ -230,6 +233,40 @@ def _region(item: Node, where: str, errors: list[tuple[Mark, str]]) -> RegionSet
                           home_networks=networks)
 
 
+def _pem_file(r: "_Reader", key: str, base: str, check: Callable[[str], None]) -> str:
+    """A PEM file named at *key* (relative to the config file), checked now: ``""`` when absent."""
+    value = r.get(key, str, "")
+    if not value:
+        return ""
+    path = os.path.join(base, os.path.expanduser(value))
+    try:
+        check(path)
+    except (OSError, ValueError) as exc:
+        r.errors.append((r.values[key].mark, f"{r.where}.{key}: expected a readable PEM file: {exc}"))
+        return ""
+    return path
+
+
+def _check_pem(marker: bytes) -> Callable[[str], None]:
+    def check(path: str) -> None:
+        with open(path, "rb") as handle:
+            if marker not in handle.read():
+                raise ValueError(f"{path} holds no {marker.decode()}")
+    return check
+
+
+def _http_settings(r: "_Reader | None", base: str, errors: list[tuple[Mark, str]]) -> TlsSettings:
+    if r is None:
+        return TlsSettings()
+    r.check_keys(("ca_bundle", "client_cert", "client_key"))
+    ca = _pem_file(r, "ca_bundle", base, load_ca_bundle)
+    cert = _pem_file(r, "client_cert", base, _check_pem(b"CERTIFICATE"))
+    key = _pem_file(r, "client_key", base, _check_pem(b"PRIVATE KEY"))
+    if key and not cert:
+        errors.append((r.values["client_key"].mark, f"{r.where}.client_key: expected client_cert too"))
+    return TlsSettings(ca_bundle=ca, client_cert=cert, client_key=key)
+
+
 def load_config(path: str | None) -> ServerConfig:
     """Load *path* (None: all defaults). Raises :class:`ConfigError`."""
     if path is None:
@@ -238,7 +275,7 @@ def load_config(path: str | None) -> ServerConfig:
     errors: list[tuple[Mark, str]] = []
     top = _Reader(root, "config", errors)
     top.check_keys(("sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
-                    "recordings_dir", "variables"))
+                    "recordings_dir", "variables", "http"))
     base = os.path.dirname(os.path.abspath(path))
 
     sip = SipSettings()
@@ -339,6 +376,7 @@ def load_config(path: str | None) -> ServerConfig:
     variables: tuple[tuple[str, str], ...] = ()
     if (r := top.sub("variables")) is not None:
         variables = tuple((k, str(v.value)) for k, v in r.values.items())
+    http = _http_settings(top.sub("http"), base, errors)
     call_records = top.get("call_records", str, ServerConfig.call_records)
     recordings_dir = top.get("recordings_dir", str, ServerConfig.recordings_dir)
     if errors:
@@ -346,4 +384,5 @@ def load_config(path: str | None) -> ServerConfig:
     return ServerConfig(sip=sip, media=media, speech=speech, metrics=metrics, endpointing=endpointing,
                         dialplans=dialplans,
                         transfer_uri=top.get("transfer_uri", str, ServerConfig.transfer_uri),
-                        call_records=call_records, recordings_dir=recordings_dir, variables=variables)
+                        call_records=call_records, recordings_dir=recordings_dir, variables=variables,
+                        http=http)

@@ -40,7 +40,8 @@ from agent.app.metrics import AgentMetrics
 from agent.call.record import CallInfo
 from agent.call.session import CallSession, SessionSettings
 from agent.integrations.model import ask_model
-from agent.regions.probe import RegionProber
+from agent.integrations.http import HttpClient
+from agent.regions.probe import GrpcProbeTransport, RegionProber
 from agent.regions.selector import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
 from agent.regions.web import RegionsResource, register_region_metrics
 from agent.speech.failover import FailoverSettings, RegionalSpeech, SpeechClientPool
@@ -146,7 +147,9 @@ class AgentServer:
         self.prober = RegionProber(self.reactor, self.selector, interval_s=routing.probe_interval_ms / 1000.0,
                                    timeout_s=routing.probe_timeout_ms / 1000.0,
                                    discover_versions=routing.discover_versions,
-                                   on_probe=self.region_metrics.observe_probe)
+                                   on_probe=self.region_metrics.observe_probe,
+                                   transport=GrpcProbeTransport(self.reactor,
+                                                                http=HttpClient(self.reactor, tls=self.config.http)))
         self.prober.start()
         yield self.prober.ready
         best = self.selector.select(None, None, (), None, now=self.reactor.seconds())
@@ -457,7 +460,7 @@ class AgentServer:
         control = SipCallControl(call, self)
         session = CallSession(cid, dialogue, speech, control, self.reactor, prompts=self.prompts,
                               metrics=self.metrics, settings=settings, on_ended=self._session_ended,
-                              webhooks=lambda request: call_webhook(self.reactor, request),
+                              webhooks=lambda request: call_webhook(self.reactor, request, tls=self.config.http),
                               recordings_dir=self.config.recordings_dir,
                               model=self._model_for(selection), info=info)
         self.sessions[cid] = session
@@ -534,7 +537,7 @@ class AgentServer:
         url = selection.dialogue_endpoint
         if not url:
             return None
-        return lambda action: ask_model(self.reactor, url, action)
+        return lambda action: ask_model(self.reactor, url, action, tls=self.config.http)
 
     def _on_registration(self, code: int, reason: str, expiration: int) -> None:
         self.metrics.registration_status.set(code)

@@ -25,12 +25,15 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
+from agent.integrations.tls import TlsSettings, tls_failure_reason, tls_policy
+
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "HttpClient", "HttpError", "HttpResponse", "failure_reason"]
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 #: kinds of :class:`HttpError`: a timeout or a network failure may pass; the others will not
-TIMEOUT, NETWORK, TOO_LARGE, OTHER = "timeout", "network", "too_large", "other"
+#: (TLS: a certificate the agent refused)
+TIMEOUT, NETWORK, TOO_LARGE, TLS, OTHER = "timeout", "network", "too_large", "tls", "other"
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,10 @@ class HttpError(Exception):
 
 
 def failure_reason(exc: BaseException) -> str:
-    """Short text naming why a request failed (``timeout``, ``connection refused``, ...)."""
+    """Short text naming why a request failed (``timeout``, ``connection refused``, ``tls: ...``)."""
+    tls = tls_failure_reason(exc)
+    if tls is not None:
+        return tls
     if isinstance(exc, (defer.TimeoutError, defer.CancelledError, net_error.TimeoutError)):
         return "timeout"
     if isinstance(exc, net_error.ConnectionRefusedError):
@@ -166,15 +172,18 @@ class HttpClient:
     """Requests over one ``IAgent`` (default: ``twisted.web.client.Agent`` with its own pool).
 
     *persistent* keeps connections open between requests; *connect_timeout_s* bounds the TCP
-    connect (each request's *timeout_s* bounds the whole exchange anyway).
+    connect (each request's *timeout_s* bounds the whole exchange anyway). ``https://`` URLs are
+    verified against *tls* (:class:`~agent.integrations.tls.TlsSettings`; None: the system's
+    trust store), host name included.
     """
 
     def __init__(self, reactor: Any, *, agent: Any = None, persistent: bool = False,
-                 connect_timeout_s: float | None = None, user_agent: bytes | None = None) -> None:
+                 connect_timeout_s: float | None = None, user_agent: bytes | None = None,
+                 tls: TlsSettings | None = None) -> None:
         self.reactor = reactor
         if agent is None:
             self.pool = _QuietConnectionPool(reactor, persistent=persistent)
-            agent = Agent(reactor, connectTimeout=connect_timeout_s, pool=self.pool)
+            agent = Agent(reactor, contextFactory=tls_policy(tls), connectTimeout=connect_timeout_s, pool=self.pool)
         else:
             self.pool = None
         self.agent = agent
@@ -244,6 +253,8 @@ def _translate(failure: Failure, timed_out: list[bool]) -> Failure:
     reason = failure_reason(exc)
     if reason == "timeout":
         raise HttpError(reason, TIMEOUT, cause=exc)
+    if reason.startswith("tls:"):
+        raise HttpError(reason, TLS, cause=exc)
     if reason.startswith("error:"):
         raise HttpError(reason, OTHER, cause=exc)
     raise HttpError(reason, NETWORK, cause=exc)

@@ -7,7 +7,8 @@ from typing import Any
 from twisted.internet import defer, error as net_error
 
 from agent.dialplan.engine import AskModel
-from agent.integrations.http import TIMEOUT, HttpClient, HttpError
+from agent.integrations.http import TIMEOUT, TLS, HttpClient, HttpError
+from agent.integrations.tls import TlsSettings
 
 
 class ModelError(Exception):
@@ -26,15 +27,18 @@ def chat_messages(action: AskModel) -> list[dict[str, str]]:
 
 
 @defer.inlineCallbacks
-def ask_model(reactor: Any, url: str, action: AskModel, model: str = "default", agent: Any = None) -> Any:
+def ask_model(reactor: Any, url: str, action: AskModel, model: str = "default", agent: Any = None,
+              tls: TlsSettings | None = None) -> Any:
     """POST the conversation to *url*; fire with the reply text or fail with :class:`ModelError`."""
-    client = HttpClient(reactor, agent=agent, connect_timeout_s=action.timeout_ms / 1000.0)
+    client = HttpClient(reactor, agent=agent, connect_timeout_s=action.timeout_ms / 1000.0, tls=tls)
     payload = {"model": model, "messages": chat_messages(action), "max_tokens": 200}
     try:
         response = yield client.request("POST", url, json=payload, timeout_s=action.timeout_ms / 1000.0)
     except HttpError as e:
         if e.kind == TIMEOUT and not isinstance(e.cause, net_error.TimeoutError):  # our timer, not the connect's
             raise ModelError(f"no answer within {action.timeout_ms} ms") from None
+        if e.kind == TLS:
+            raise ModelError(f"cannot reach the dialogue model: {e.reason}") from None
         raise ModelError(f"cannot reach the dialogue model: {e.cause or e}") from None
     if response.status >= 300:
         raise ModelError(f"dialogue model answered HTTP {response.status}")
