@@ -10,7 +10,10 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from agent.app.config_secrets import speech_connection
 from agent.integrations.tls import TlsSettings, load_ca_bundle
+from agent.speech.api import SpeechConnection
+from agent.speech.voices import DEFAULT_VOICE
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.registration import RegistrationConfig
 
@@ -64,6 +67,8 @@ class RegionSettings:
     capacity: int = 64
     home_prefixes: tuple[str, ...] = ()
     home_networks: tuple[str, ...] = ()
+    #: TLS and request metadata of every endpoint of the region (use_ssl included)
+    connection: SpeechConnection = field(default_factory=SpeechConnection)
 
     @property
     def asr_endpoints(self) -> tuple[str, ...]:
@@ -89,7 +94,7 @@ class SpeechSettings:
     #: empty: start the embedded speech server on loopback
     regions: tuple[RegionSettings, ...] = ()
     routing: RoutingSettings = field(default_factory=RoutingSettings)
-    voice: str = "kal16"
+    voice: str = DEFAULT_VOICE
     #: trailing silence (ms) after which the recogniser finalises an utterance
     stop_history_ms: int = 300
     #: send each call's expected phrases to the recogniser (Riva ``speech_contexts``)
@@ -211,9 +216,10 @@ def _positive(v: int) -> str | None:
 _REGION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
-def _region(item: Node, where: str, errors: list[tuple[Mark, str]]) -> RegionSettings:
+def _region(item: Node, where: str, errors: list[tuple[Mark, str]], base: str = ".") -> RegionSettings:
     r = _Reader(item, where, errors)
-    r.check_keys(("name", "uri", "use_ssl", "asr", "tts", "dialogue", "model_versions", "capacity", "home"))
+    r.check_keys(("name", "uri", "use_ssl", "asr", "tts", "dialogue", "model_versions", "capacity", "home",
+                  "root_ca", "client_cert", "client_key", "metadata"))
     name = r.get("name", str, "")
     if not _REGION_NAME.match(name):
         errors.append((item.mark, f"{where}.name: expected a name of lower-case letters, digits, '_' or '-' "
@@ -227,10 +233,12 @@ def _region(item: Node, where: str, errors: list[tuple[Mark, str]]) -> RegionSet
     if (rh := r.sub("home")) is not None:
         rh.check_keys(("prefixes", "networks"))
         prefixes, networks = rh.strings("prefixes", ()), rh.strings("networks", ())
-    return RegionSettings(name=name, uri=uri, use_ssl=r.get("use_ssl", bool, False), asr=asr, tts=tts,
+    use_ssl = r.get("use_ssl", bool, False)
+    connection = speech_connection(r.values, where, base, errors, use_ssl)
+    return RegionSettings(name=name, uri=uri, use_ssl=use_ssl, asr=asr, tts=tts,
                           dialogue=r.get("dialogue", str, ""), model_versions=r.strings("model_versions", ()),
                           capacity=r.get("capacity", int, 64, _positive), home_prefixes=prefixes,
-                          home_networks=networks)
+                          home_networks=networks, connection=connection)
 
 
 def _pem_file(r: "_Reader", key: str, base: str, check: Callable[[str], None]) -> str:
@@ -333,11 +341,19 @@ def load_config(path: str | None) -> ServerConfig:
                                         "{name, asr, tts, ...})"))
             else:
                 for i, item in enumerate(rn.value):
-                    regions.append(_region(item, f"config.speech.regions[{i}]", errors))
+                    regions.append(_region(item, f"config.speech.regions[{i}]", errors, base))
                 names = [reg.name for reg in regions]
                 for i, name in enumerate(names):
                     if name and names.index(name) != i:
                         errors.append((rn.value[i].mark, f"config.speech.regions[{i}]: duplicate region name {name!r}"))
+                seen: dict[str, RegionSettings] = {}
+                for i, reg in enumerate(regions):
+                    for address in (*reg.asr_endpoints, *reg.tts_endpoints):
+                        other = seen.setdefault(address, reg)
+                        if other.name != reg.name and other.connection != reg.connection:
+                            errors.append((rn.value[i].mark, f"config.speech.regions[{i}]: endpoint {address} is "
+                                                             f"also in region {other.name!r} with other TLS or "
+                                                             f"metadata settings; expected the same"))
         routing = RoutingSettings()
         if (rr := r.sub("routing")) is not None:
             rr.check_keys(("probe_interval_ms", "probe_timeout_ms", "stall_timeout_ms", "hysteresis_ms",

@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from twisted.internet import defer, threads
-from twisted.internet.task import LoopingCall
+from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from agent.app.admission import Admitted, flow_needs, source_ip
+from agent.app.admission import Admitted, flow_needs, flow_speech, source_ip
 from agent.app.call_records import append_record
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
@@ -44,7 +44,9 @@ from agent.integrations.http import HttpClient
 from agent.regions.probe import GrpcProbeTransport, RegionProber
 from agent.regions.selector import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
 from agent.regions.web import RegionsResource, register_region_metrics
+from agent.speech.client import SpeechClient
 from agent.speech.failover import FailoverSettings, RegionalSpeech, SpeechClientPool
+from agent.speech.voices import FLITE_VOICES
 from media.vad import VadConfig
 from sip.message import SipRequest
 from sip.pjsua import PJSUA_MAX_CALLS, Rejection, SipCall, SipConfig, SipStack
@@ -55,6 +57,8 @@ log = Logger(namespace="openclaw.server")
 GOODBYE_PROMPT = "We have to end this call now. Please call again in a moment. Goodbye."
 #: a call still up this long after its goodbye began is hung up without waiting further
 GOODBYE_TIMEOUT_S = 10.0
+#: how long start-up waits for a first usable speech region after every endpoint was probed once
+STARTUP_REGION_WAIT_S = 10.0
 
 
 class AgentServer:
@@ -133,10 +137,19 @@ class AgentServer:
             specs = [RegionSpec(r.name, r.asr_endpoints, r.tts_endpoints, dialogue_endpoint=r.dialogue or None,
                                 model_versions=frozenset(r.model_versions), capacity=r.capacity,
                                 home_prefixes=r.home_prefixes, home_networks=r.home_networks) for r in regions]
+            connections = {address: r.connection for r in regions
+                           for address in (*r.asr_endpoints, *r.tts_endpoints)}
+            self.pool = SpeechClientPool(lambda address: SpeechClient(address, connection=connections.get(address)))
             for r in regions:
-                log.info("speech region {name}: asr {asr}, tts {tts}", name=r.name, asr=",".join(r.asr_endpoints),
-                         tts=",".join(r.tts_endpoints))
+                log.info("speech region {name}: asr {asr}, tts {tts}{tls}{meta}", name=r.name,
+                         asr=",".join(r.asr_endpoints), tts=",".join(r.tts_endpoints),
+                         tls=" over TLS" if r.connection.secure else "",
+                         meta=f" with metadata {', '.join(r.connection.metadata_keys)}" if r.connection.metadata else "")
+            if self.config.speech.voice in FLITE_VOICES:
+                log.warn("speech.voice {voice!r} is a name of the embedded engine; Riva servers know voices such "
+                         "as English-US.Male-1", voice=self.config.speech.voice)
         else:
+            connections = {}
             address = yield self._start_embedded_speech()
             log.info("speech backend: embedded speech server at {uri}", uri=address)
             specs = [RegionSpec("local", (address,), (address,), capacity=64)]
@@ -148,11 +161,16 @@ class AgentServer:
                                    timeout_s=routing.probe_timeout_ms / 1000.0,
                                    discover_versions=routing.discover_versions,
                                    on_probe=self.region_metrics.observe_probe,
-                                   transport=GrpcProbeTransport(self.reactor,
+                                   transport=GrpcProbeTransport(self.reactor, connections=connections,
                                                                 http=HttpClient(self.reactor, tls=self.config.http)))
         self.prober.start()
         yield self.prober.ready
         best = self.selector.select(None, None, (), None, now=self.reactor.seconds())
+        # A first probe may miss its deadline while a TLS channel connects: wait a little.
+        waited_until = self.reactor.seconds() + STARTUP_REGION_WAIT_S
+        while isinstance(best, NoRegion) and self.reactor.seconds() < waited_until:
+            yield deferLater(self.reactor, routing.probe_interval_ms / 1000.0, lambda: None)
+            best = self.selector.select(None, None, (), None, now=self.reactor.seconds())
         if isinstance(best, NoRegion):
             raise RuntimeError(f"no speech region is usable: {best.reason} ({best.detail})")
         self.speech_uri = best.tts_endpoint
@@ -449,7 +467,9 @@ class AgentServer:
                 short_turn_silence_ms=self.config.endpointing.short_turn_silence_ms))
         routing = self.config.speech.routing
         assert self.selector is not None
+        language, asr_model = flow_speech(admitted.dialplan, admitted.flow)
         speech = RegionalSpeech(self.reactor, self.selector, self.pool, selection, call_id=cid,
+                                language_code=language, asr_model=asr_model,
                                 caller_number=call.caller or None, source_ip=admitted.source_ip,
                                 pinned_versions=admitted.pinned, need_dialogue=admitted.need_dialogue,
                                 settings=FailoverSettings(stall_timeout_ms=routing.stall_timeout_ms),
