@@ -10,7 +10,12 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from agent.app.config_secrets import speech_connection
+from agent.app.config_routing import SECTIONS, ProbeSettings, read_section
+from agent.app.config_secrets import secret, speech_connection
+from agent.integrations.chat_stream import ChatSettings
+from agent.regions.health import HealthPolicy
+from agent.regions.selector import SelectionPolicy
+from agent.speech.failover_core import FailoverSettings
 from agent.integrations.tls import TlsSettings, load_ca_bundle
 from agent.speech.api import SpeechConnection
 from agent.speech.voices import DEFAULT_VOICE
@@ -87,6 +92,11 @@ class RoutingSettings:
     hysteresis_ms: int = 15
     #: ask each Riva endpoint which models it serves (GetRiva*Config) and route pinned calls by it
     discover_versions: bool = False
+    #: the full policies (``routing.probe|health|selection|failover``; the keys above are shorthands)
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    health: HealthPolicy = field(default_factory=HealthPolicy)
+    selection: SelectionPolicy = field(default_factory=SelectionPolicy)
+    failover: FailoverSettings = field(default_factory=FailoverSettings)
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,8 @@ class ServerConfig:
     variables: tuple[tuple[str, str], ...] = ()
     #: TLS of the agent's HTTP requests (webhooks, the dialogue model, its probes)
     http: TlsSettings = field(default_factory=TlsSettings)
+    #: the dialogue model (model steps): URL, API key, model name, sampling
+    dialogue: ChatSettings = field(default_factory=ChatSettings)
 
     def with_overrides(self, **sip: Any) -> "ServerConfig":
         return replace(self, sip=replace(self.sip, **{k: v for k, v in sip.items() if v is not None}))
@@ -275,6 +287,46 @@ def _http_settings(r: "_Reader | None", base: str, errors: list[tuple[Mark, str]
     return TlsSettings(ca_bundle=ca, client_cert=cert, client_key=key)
 
 
+def _routing_sections(flat: RoutingSettings, r: _Reader, errors: list[tuple[Mark, str]]) -> RoutingSettings:
+    """The policies of *flat*'s shorthand keys, then each ``probe|health|selection|failover`` section over them."""
+    probe = ProbeSettings(interval_ms=flat.probe_interval_ms, timeout_ms=flat.probe_timeout_ms,
+                          discover_versions=flat.discover_versions)
+    selection = replace(flat.selection, hysteresis_ms=float(flat.hysteresis_ms))
+    failover = replace(flat.failover, stall_timeout_ms=flat.stall_timeout_ms)
+    sections: dict[str, Any] = {"probe": probe, "health": flat.health, "selection": selection, "failover": failover}
+    for name in SECTIONS:
+        node = r.values.get(name)
+        if node is not None and node.value is not None:
+            sections[name] = read_section(node, f"{r.where}.{name}", sections[name], errors)
+    probe = sections["probe"]
+    failover = replace(sections["failover"], probe_interval_ms=probe.interval_ms)
+    return replace(flat, probe_interval_ms=probe.interval_ms, probe_timeout_ms=probe.timeout_ms,
+                   discover_versions=probe.discover_versions, stall_timeout_ms=failover.stall_timeout_ms,
+                   hysteresis_ms=int(sections["selection"].hysteresis_ms), probe=probe, health=sections["health"],
+                   selection=sections["selection"], failover=failover)
+
+
+def _dialogue_settings(r: "_Reader | None", base: str, errors: list[tuple[Mark, str]]) -> ChatSettings:
+    if r is None:
+        return ChatSettings()
+    r.check_keys(("url", "api_key", "model", "temperature", "max_tokens", "history_turns"))
+    url = r.get("url", str, "", lambda v: None if re.match(r"^https?://[^/\s]+", v)
+                else "expected an http:// or https:// URL of a chat-completions endpoint")
+    key_node = r.values.get("api_key")
+    api_key = secret(key_node, f"{r.where}.api_key", base, errors) if key_node is not None else ""
+    temperature = None
+    if (t := r.values.get("temperature")) is not None:
+        if isinstance(t.value, (int, float)) and not isinstance(t.value, bool) and 0 <= t.value <= 2:
+            temperature = float(t.value)
+        else:
+            errors.append((t.mark, f"{r.where}.temperature: expected a number from 0 to 2"))
+    return ChatSettings(url=url, api_key=api_key, model=r.get("model", str, ChatSettings.model),
+                        temperature=temperature,
+                        max_tokens=r.get("max_tokens", int, ChatSettings.max_tokens, _positive),
+                        history_turns=r.get("history_turns", int, ChatSettings.history_turns,
+                                            lambda v: None if 0 <= v <= 200 else "expected 0 to 200"))
+
+
 def load_config(path: str | None) -> ServerConfig:
     """Load *path* (None: all defaults). Raises :class:`ConfigError`."""
     if path is None:
@@ -283,7 +335,7 @@ def load_config(path: str | None) -> ServerConfig:
     errors: list[tuple[Mark, str]] = []
     top = _Reader(root, "config", errors)
     top.check_keys(("sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
-                    "recordings_dir", "variables", "http"))
+                    "recordings_dir", "variables", "http", "dialogue"))
     base = os.path.dirname(os.path.abspath(path))
 
     sip = SipSettings()
@@ -357,13 +409,14 @@ def load_config(path: str | None) -> ServerConfig:
         routing = RoutingSettings()
         if (rr := r.sub("routing")) is not None:
             rr.check_keys(("probe_interval_ms", "probe_timeout_ms", "stall_timeout_ms", "hysteresis_ms",
-                           "discover_versions"))
+                           "discover_versions", *SECTIONS))
             routing = RoutingSettings(
                 probe_interval_ms=rr.get("probe_interval_ms", int, routing.probe_interval_ms, _positive),
                 probe_timeout_ms=rr.get("probe_timeout_ms", int, routing.probe_timeout_ms, _positive),
                 stall_timeout_ms=rr.get("stall_timeout_ms", int, routing.stall_timeout_ms, _positive),
                 hysteresis_ms=rr.get("hysteresis_ms", int, routing.hysteresis_ms, _positive),
                 discover_versions=rr.get("discover_versions", bool, False))
+            routing = _routing_sections(routing, rr, errors)
         speech = SpeechSettings(regions=tuple(regions), routing=routing, voice=r.get("voice", str, speech.voice),
                                 stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive),
                                 phrase_hints=r.get("phrase_hints", bool, speech.phrase_hints),
@@ -393,6 +446,7 @@ def load_config(path: str | None) -> ServerConfig:
     if (r := top.sub("variables")) is not None:
         variables = tuple((k, str(v.value)) for k, v in r.values.items())
     http = _http_settings(top.sub("http"), base, errors)
+    dialogue = _dialogue_settings(top.sub("dialogue"), base, errors)
     call_records = top.get("call_records", str, ServerConfig.call_records)
     recordings_dir = top.get("recordings_dir", str, ServerConfig.recordings_dir)
     if errors:
@@ -401,4 +455,4 @@ def load_config(path: str | None) -> ServerConfig:
                         dialplans=dialplans,
                         transfer_uri=top.get("transfer_uri", str, ServerConfig.transfer_uri),
                         call_records=call_records, recordings_dir=recordings_dir, variables=variables,
-                        http=http)
+                        http=http, dialogue=dialogue)

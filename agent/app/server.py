@@ -39,13 +39,13 @@ from agent.call.endpointer import EndpointerConfig
 from agent.app.metrics import AgentMetrics
 from agent.call.record import CallInfo
 from agent.call.session import CallSession, SessionSettings
-from agent.integrations.model import ask_model
+from agent.integrations.chat_stream import stream_reply
 from agent.integrations.http import HttpClient
 from agent.regions.probe import GrpcProbeTransport, RegionProber
-from agent.regions.selector import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
+from agent.regions.selector import NoRegion, RegionSelector, RegionSpec, Selection
 from agent.regions.web import RegionsResource, register_region_metrics
 from agent.speech.client import SpeechClient
-from agent.speech.failover import FailoverSettings, RegionalSpeech, SpeechClientPool
+from agent.speech.failover import RegionalSpeech, SpeechClientPool
 from agent.speech.voices import FLITE_VOICES
 from media.vad import VadConfig
 from sip.message import SipRequest
@@ -134,7 +134,8 @@ class AgentServer:
         matchers_ready = threads.deferToThread(prepare_intent_matchers, self.dialplan)
         regions = self.config.speech.regions
         if regions:
-            specs = [RegionSpec(r.name, r.asr_endpoints, r.tts_endpoints, dialogue_endpoint=r.dialogue or None,
+            specs = [RegionSpec(r.name, r.asr_endpoints, r.tts_endpoints,
+                                dialogue_endpoint=r.dialogue or self.config.dialogue.url or None,
                                 model_versions=frozenset(r.model_versions), capacity=r.capacity,
                                 home_prefixes=r.home_prefixes, home_networks=r.home_networks) for r in regions]
             connections = {address: r.connection for r in regions
@@ -152,14 +153,15 @@ class AgentServer:
             connections = {}
             address = yield self._start_embedded_speech()
             log.info("speech backend: embedded speech server at {uri}", uri=address)
-            specs = [RegionSpec("local", (address,), (address,), capacity=64)]
+            specs = [RegionSpec("local", (address,), (address,), capacity=64,
+                                dialogue_endpoint=self.config.dialogue.url or None)]
         routing = self.config.speech.routing
-        self.selector = RegionSelector(specs, health=HealthPolicy(),
-                                       selection=SelectionPolicy(hysteresis_ms=routing.hysteresis_ms))
+        self.selector = RegionSelector(specs, health=routing.health, selection=routing.selection)
         self.region_metrics = register_region_metrics(self.metrics.registry, self.selector, self.reactor.seconds)
-        self.prober = RegionProber(self.reactor, self.selector, interval_s=routing.probe_interval_ms / 1000.0,
-                                   timeout_s=routing.probe_timeout_ms / 1000.0,
-                                   discover_versions=routing.discover_versions,
+        self.prober = RegionProber(self.reactor, self.selector, interval_s=routing.probe.interval_ms / 1000.0,
+                                   timeout_s=routing.probe.timeout_ms / 1000.0, watch=routing.probe.watch,
+                                   discover_versions=routing.probe.discover_versions,
+                                   discovery_interval_s=routing.probe.discovery_interval_s,
                                    on_probe=self.region_metrics.observe_probe,
                                    transport=GrpcProbeTransport(self.reactor, connections=connections,
                                                                 http=HttpClient(self.reactor, tls=self.config.http)))
@@ -472,7 +474,7 @@ class AgentServer:
                                 language_code=language, asr_model=asr_model,
                                 caller_number=call.caller or None, source_ip=admitted.source_ip,
                                 pinned_versions=admitted.pinned, need_dialogue=admitted.need_dialogue,
-                                settings=FailoverSettings(stall_timeout_ms=routing.stall_timeout_ms),
+                                settings=routing.failover,
                                 on_failover=lambda event: self._on_failover(cid, event))
         info = CallInfo(caller=call.caller, called=call.called, flow=admitted.flow, region=selection.region,
                         dialplan_digest=getattr(admitted.dialplan, "digest", ""), sip_call=call,
@@ -482,7 +484,8 @@ class AgentServer:
                               metrics=self.metrics, settings=settings, on_ended=self._session_ended,
                               webhooks=lambda request: call_webhook(self.reactor, request, tls=self.config.http),
                               recordings_dir=self.config.recordings_dir,
-                              model=self._model_for(selection), info=info)
+                              model=self._model_for(selection), info=info,
+                              model_stream=self._model_stream_for(selection))
         self.sessions[cid] = session
         self.metrics.active_calls.inc()
         self.metrics.calls.labels("answered").inc()
@@ -553,11 +556,20 @@ class AgentServer:
     def _on_failover(self, call_id: str, event: Any) -> None:
         log.warn("call {call_id} speech failover: {event}", call_id=call_id, event=event)
 
-    def _model_for(self, selection: Selection) -> Any:
+    def _model_stream_for(self, selection: Selection) -> Any:
+        """``(action, on_sentence) -> Deferred[ModelReply]``: the region's dialogue model, streamed."""
         url = selection.dialogue_endpoint
         if not url:
             return None
-        return lambda action: ask_model(self.reactor, url, action, tls=self.config.http)
+        return lambda action, on_sentence: stream_reply(self.reactor, url, self.config.dialogue, action,
+                                                        on_sentence=on_sentence, tls=self.config.http)
+
+    def _model_for(self, selection: Selection) -> Any:
+        """``action -> Deferred[str]``: the whole reply (for model steps whose reply is not spoken)."""
+        stream = self._model_stream_for(selection)
+        if stream is None:
+            return None
+        return lambda action: stream(action, lambda sentence: None).addCallback(lambda reply: reply.text)
 
     def _on_registration(self, code: int, reason: str, expiration: int) -> None:
         self.metrics.registration_status.set(code)

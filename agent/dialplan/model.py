@@ -221,6 +221,8 @@ class Settings:
     escalation: str | None = None
     confirm: Confirmation = Confirmation()
     no_match: PersonOffer = PersonOffer()
+    #: the dialogue model's system prompt for model steps (a step's instructions follow it)
+    system_prompt: str | None = None
 
 
 DEFAULT_SETTINGS = Settings()
