@@ -195,6 +195,7 @@ class CallSession:
         cancel(self._max_duration_timer)
         cancel(self._start_timer)
         self.recorder.close()
+        self.steps.close()
         self._cancel_reply_synthesis()
         self.media.asr = None
         if self._asr is not None:

@@ -58,6 +58,7 @@ class ExternalSteps:
         self._failed_at_once = failed_at_once
         self._on_bridged = on_bridged
         self._model_stream = model_stream
+        self._spoken: SpokenReply | None = None
         #: where the call was (last) transferred or bridged to
         self.transfer_target: str | None = None
 
@@ -117,8 +118,17 @@ class ExternalSteps:
                 spoken.error = failure.getErrorMessage()
                 self._pump(spoken)
 
+        self._spoken = spoken
         spoken.deferred = self._model_stream(action, on_sentence)
         spoken.deferred.addCallbacks(replied, failed)
+
+    def close(self) -> None:
+        """The call is over: stop a model reply still streaming."""
+        spoken, self._spoken = self._spoken, None
+        if spoken is not None and not spoken.cancelled:
+            spoken.cancelled = True
+            if spoken.deferred is not None and not spoken.deferred.called:
+                spoken.deferred.cancel()
 
     def continue_model(self, spoken: SpokenReply) -> None:
         """The session reached *spoken* in its queue: say what came meanwhile, or finish."""

@@ -121,3 +121,12 @@ def test_an_error_before_any_sentence_takes_the_fallback() -> None:
     h.tick(1)
     assert h.synthesised() == ["Sorry, I cannot answer that."]
     assert ("model_failed", "no answer within 5000 ms") in h.events()
+
+
+def test_hanging_up_stops_the_stream() -> None:
+    """The call ends while the model still writes: its stream is cancelled."""
+    h = Harness()
+    h.session.start()
+    h.on_sentence("We open at nine.")
+    h.session.close("caller hung up")
+    assert h.cancelled == [True]
