@@ -59,6 +59,8 @@ class ChatServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     #: wall-clock time each streamed reply's first complete sentence was sent (for benches)
     sentence_sent_at: list[float] = field(default_factory=list)
+    #: streams the client dropped before their end, and how many tokens each had been sent
+    dropped: list[int] = field(default_factory=list)
     port: Any = None
 
     def rule_for(self, messages: list[dict[str, Any]]) -> Rule:
@@ -128,10 +130,15 @@ def _chunk(chat: ChatServer, delta: dict[str, Any], finish: str | None = None) -
 def _stream(chat: ChatServer, request: Any, rule: Rule) -> None:
     clock = chat.reactor
     gone: list[bool] = []
-    request.notifyFinish().addErrback(lambda _: gone.append(True))
     pieces = tokens(rule.reply) if rule.tool is None else []
     interval = 1.0 / chat.tokens_per_s if chat.tokens_per_s > 0 else 0.0
     state = {"i": 0, "text": "", "sentence_sent": False}
+
+    def lost(_: Any) -> None:
+        gone.append(True)
+        chat.dropped.append(state["i"])
+
+    request.notifyFinish().addErrback(lost)
 
     def send(data: bytes) -> None:
         if not gone:

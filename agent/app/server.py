@@ -1,5 +1,7 @@
 """``openclaw-voice serve``: SIP front, admission, routing, sessions, metrics.
 
+(Over 600 lines: one class whose start-up, admission and call wiring share its state.)
+
 The Twisted reactor owns the process. :class:`AgentServer` is the
 application behind the pjsua2 adapter: it admits or refuses each INVITE
 (capacity → 503 with Retry-After, unrouted number → 404) before pjsua

@@ -112,6 +112,38 @@ def test_failures_are_named(chat: Any) -> None:
     assert isinstance(wrong, ModelError) and "HTTP 401" in str(wrong) and "invalid api key" in str(wrong), wrong
 
 
+def test_cancelling_drops_the_connection(chat: Any) -> None:
+    """A barge-in cancels the reply after its first sentence: the model server sees the stream
+    dropped long before its end, and no sentence is handed over after the cancel."""
+    import threading
+
+    sentences: list[str] = []
+    stopped = threading.Event()
+    dropped_before = len(chat.dropped)
+
+    def start() -> None:
+        holder: list[Any] = []
+
+        def on_sentence(text: str) -> None:
+            sentences.append(text)
+            if len(sentences) == 1:
+                holder[0].cancel()
+
+        d = stream_reply(reactor_in_thread(), chat.url, SETTINGS, ask("when are you open"), on_sentence=on_sentence)
+        holder.append(d)
+        d.addErrback(lambda f: stopped.set())
+
+    reactor_in_thread().callFromThread(start)
+    assert stopped.wait(10.0)
+    deadline = time.monotonic() + 5.0
+    while len(chat.dropped) == dropped_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(chat.dropped) == dropped_before + 1
+    assert chat.dropped[-1] < len(chat_server.tokens(REPLY)) - 5, chat.dropped
+    time.sleep(0.5)
+    assert sentences == ["We are open from nine in the morning."]
+
+
 DIALPLAN = """\
 version: 1
 routes: [{flow: main}]
