@@ -11,13 +11,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from agent.app.config_routing import SECTIONS, ProbeSettings, read_section
-from agent.app.config_secrets import secret, speech_connection
+from agent.app.config_secrets import pem_path, secret, speech_connection
 from agent.integrations.chat_stream import ChatSettings
+from agent.integrations.tls import TlsSettings
 from agent.regions.health import HealthPolicy
 from agent.regions.selector import SelectionPolicy
-from agent.speech.failover_core import FailoverSettings
-from agent.integrations.tls import TlsSettings, load_ca_bundle
 from agent.speech.api import SpeechConnection
+from agent.speech.failover_core import FailoverSettings
 from agent.speech.voices import DEFAULT_VOICE
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.registration import RegistrationConfig
@@ -253,36 +253,14 @@ def _region(item: Node, where: str, errors: list[tuple[Mark, str]], base: str = 
                           home_networks=networks, connection=connection)
 
 
-def _pem_file(r: "_Reader", key: str, base: str, check: Callable[[str], None]) -> str:
-    """A PEM file named at *key* (relative to the config file), checked now: ``""`` when absent."""
-    value = r.get(key, str, "")
-    if not value:
-        return ""
-    path = os.path.join(base, os.path.expanduser(value))
-    try:
-        check(path)
-    except (OSError, ValueError) as exc:
-        r.errors.append((r.values[key].mark, f"{r.where}.{key}: expected a readable PEM file: {exc}"))
-        return ""
-    return path
-
-
-def _check_pem(marker: bytes) -> Callable[[str], None]:
-    def check(path: str) -> None:
-        with open(path, "rb") as handle:
-            if marker not in handle.read():
-                raise ValueError(f"{path} holds no {marker.decode()}")
-    return check
-
-
 def _http_settings(r: "_Reader | None", base: str, errors: list[tuple[Mark, str]]) -> TlsSettings:
     if r is None:
         return TlsSettings()
     r.check_keys(("ca_bundle", "client_cert", "client_key"))
-    ca = _pem_file(r, "ca_bundle", base, load_ca_bundle)
-    cert = _pem_file(r, "client_cert", base, _check_pem(b"CERTIFICATE"))
-    key = _pem_file(r, "client_key", base, _check_pem(b"PRIVATE KEY"))
-    if key and not cert:
+    ca = pem_path(r.values.get("ca_bundle"), f"{r.where}.ca_bundle", base, errors, b"CERTIFICATE")
+    cert = pem_path(r.values.get("client_cert"), f"{r.where}.client_cert", base, errors, b"CERTIFICATE")
+    key = pem_path(r.values.get("client_key"), f"{r.where}.client_key", base, errors, b"PRIVATE KEY")
+    if "client_key" in r.values and "client_cert" not in r.values:
         errors.append((r.values["client_key"].mark, f"{r.where}.client_key: expected client_cert too"))
     return TlsSettings(ca_bundle=ca, client_cert=cert, client_key=key)
 
