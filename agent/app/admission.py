@@ -35,6 +35,17 @@ def flow_needs(dialplan: Dialplan, flow: str) -> tuple[tuple[str, ...], bool]:
     return pinned, bool(needs(flow)) if callable(needs) else False
 
 
+def flow_speech(dialplan: Dialplan, flow: str) -> tuple[str | None, str]:
+    """(language, Riva ASR model name) of *flow*: a pinned ``asr_model`` ``NAME@VERSION`` is
+    routed by the whole pin and asks the recogniser for model ``NAME``."""
+    try:
+        settings = dialplan.flow(flow).settings
+    except (KeyError, AttributeError):
+        return None, ""
+    model = (settings.asr_model or "").split("@", 1)[0]
+    return settings.language, model
+
+
 def source_ip(request: SipRequest) -> str | None:
     """The caller's address from the top Via (received= when a proxy or NAT rewrote it)."""
     via = request.header("via") or ""

@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--listen", default="127.0.0.1:50051", help="address to listen on (host:port)")
     ss.add_argument("--general-alongside-hints", action="store_true",
                     help="decode streams with phrase hints beside the general model too (more CPU)")
+    for flag, text in (("--tls-cert", "serve TLS with this PEM certificate"), ("--tls-key", "its PEM key"),
+                       ("--tls-client-ca", "require client certificates from this PEM CA"),
+                       ("--auth-token-env", "require 'authorization: Bearer <token>', the token from this variable"),
+                       ("--auth-token-file", "... or from this file")):
+        ss.add_argument(flag, help=text)
 
     c = sub.add_parser("call", help="place a test call")
     c.add_argument("uri", help="SIP URI to call, e.g. sip:1000@127.0.0.1:5060")
@@ -131,9 +136,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_serve(args)
     if args.command == "speech-server":
-        from agent.speech.server.main import run
+        from agent.speech.server.main import main as speech_main
 
-        return run(args.listen, general_alongside_hints=args.general_alongside_hints)
+        argv = ["--listen", args.listen, *(["--general-alongside-hints"] if args.general_alongside_hints else [])]
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_token_env", "auth_token_file"):
+            if getattr(args, name):
+                argv += ["--" + name.replace("_", "-"), getattr(args, name)]
+        return speech_main(argv)
     if args.command == "call":
         from agent.tools.caller import main_call
 

@@ -10,6 +10,15 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from agent.app.config_routing import SECTIONS, ProbeSettings, read_section
+from agent.app.config_secrets import pem_path, secret, speech_connection
+from agent.integrations.chat_stream import ChatSettings
+from agent.integrations.tls import TlsSettings
+from agent.regions.health import HealthPolicy
+from agent.regions.selector import SelectionPolicy
+from agent.speech.api import SpeechConnection
+from agent.speech.failover_core import FailoverSettings
+from agent.speech.voices import DEFAULT_VOICE
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.registration import RegistrationConfig
 
@@ -65,6 +74,8 @@ class RegionSettings:
     capacity: int = 64
     home_prefixes: tuple[str, ...] = ()
     home_networks: tuple[str, ...] = ()
+    #: TLS and request metadata of every endpoint of the region (use_ssl included)
+    connection: SpeechConnection = field(default_factory=SpeechConnection)
 
     @property
     def asr_endpoints(self) -> tuple[str, ...]:
@@ -83,6 +94,11 @@ class RoutingSettings:
     hysteresis_ms: int = 15
     #: ask each Riva endpoint which models it serves (GetRiva*Config) and route pinned calls by it
     discover_versions: bool = False
+    #: the full policies (``routing.probe|health|selection|failover``; the keys above are shorthands)
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    health: HealthPolicy = field(default_factory=HealthPolicy)
+    selection: SelectionPolicy = field(default_factory=SelectionPolicy)
+    failover: FailoverSettings = field(default_factory=FailoverSettings)
 
 
 @dataclass(frozen=True)
@@ -90,7 +106,7 @@ class SpeechSettings:
     #: empty: start the embedded speech server on loopback
     regions: tuple[RegionSettings, ...] = ()
     routing: RoutingSettings = field(default_factory=RoutingSettings)
-    voice: str = "kal16"
+    voice: str = DEFAULT_VOICE
     #: trailing silence (ms) after which the recogniser finalises an utterance
     stop_history_ms: int = 300
     #: send each call's expected phrases to the recogniser (Riva ``speech_contexts``)
@@ -138,6 +154,10 @@ class ServerConfig:
     recordings_dir: str = "var/recordings"
     #: free-form values a dialplan can read as {{ config.NAME }}
     variables: tuple[tuple[str, str], ...] = ()
+    #: TLS of the agent's HTTP requests (webhooks, the dialogue model, its probes)
+    http: TlsSettings = field(default_factory=TlsSettings)
+    #: the dialogue model (model steps): URL, API key, model name, sampling
+    dialogue: ChatSettings = field(default_factory=ChatSettings)
 
     def with_overrides(self, **sip: Any) -> "ServerConfig":
         return replace(self, sip=replace(self.sip, **{k: v for k, v in sip.items() if v is not None}))
@@ -210,9 +230,10 @@ def _positive(v: int) -> str | None:
 _REGION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
-def _region(item: Node, where: str, errors: list[tuple[Mark, str]]) -> RegionSettings:
+def _region(item: Node, where: str, errors: list[tuple[Mark, str]], base: str = ".") -> RegionSettings:
     r = _Reader(item, where, errors)
-    r.check_keys(("name", "uri", "use_ssl", "asr", "tts", "dialogue", "model_versions", "capacity", "home"))
+    r.check_keys(("name", "uri", "use_ssl", "asr", "tts", "dialogue", "model_versions", "capacity", "home",
+                  "root_ca", "client_cert", "client_key", "metadata"))
     name = r.get("name", str, "")
     if not _REGION_NAME.match(name):
         errors.append((item.mark, f"{where}.name: expected a name of lower-case letters, digits, '_' or '-' "
@@ -226,10 +247,64 @@ def _region(item: Node, where: str, errors: list[tuple[Mark, str]]) -> RegionSet
     if (rh := r.sub("home")) is not None:
         rh.check_keys(("prefixes", "networks"))
         prefixes, networks = rh.strings("prefixes", ()), rh.strings("networks", ())
-    return RegionSettings(name=name, uri=uri, use_ssl=r.get("use_ssl", bool, False), asr=asr, tts=tts,
+    use_ssl = r.get("use_ssl", bool, False)
+    connection = speech_connection(r.values, where, base, errors, use_ssl)
+    return RegionSettings(name=name, uri=uri, use_ssl=use_ssl, asr=asr, tts=tts,
                           dialogue=r.get("dialogue", str, ""), model_versions=r.strings("model_versions", ()),
                           capacity=r.get("capacity", int, 64, _positive), home_prefixes=prefixes,
-                          home_networks=networks)
+                          home_networks=networks, connection=connection)
+
+
+def _http_settings(r: "_Reader | None", base: str, errors: list[tuple[Mark, str]]) -> TlsSettings:
+    if r is None:
+        return TlsSettings()
+    r.check_keys(("ca_bundle", "client_cert", "client_key"))
+    ca = pem_path(r.values.get("ca_bundle"), f"{r.where}.ca_bundle", base, errors, b"CERTIFICATE")
+    cert = pem_path(r.values.get("client_cert"), f"{r.where}.client_cert", base, errors, b"CERTIFICATE")
+    key = pem_path(r.values.get("client_key"), f"{r.where}.client_key", base, errors, b"PRIVATE KEY")
+    if "client_key" in r.values and "client_cert" not in r.values:
+        errors.append((r.values["client_key"].mark, f"{r.where}.client_key: expected client_cert too"))
+    return TlsSettings(ca_bundle=ca, client_cert=cert, client_key=key)
+
+
+def _routing_sections(flat: RoutingSettings, r: _Reader, errors: list[tuple[Mark, str]]) -> RoutingSettings:
+    """The policies of *flat*'s shorthand keys, then each ``probe|health|selection|failover`` section over them."""
+    probe = ProbeSettings(interval_ms=flat.probe_interval_ms, timeout_ms=flat.probe_timeout_ms,
+                          discover_versions=flat.discover_versions)
+    selection = replace(flat.selection, hysteresis_ms=float(flat.hysteresis_ms))
+    failover = replace(flat.failover, stall_timeout_ms=flat.stall_timeout_ms)
+    sections: dict[str, Any] = {"probe": probe, "health": flat.health, "selection": selection, "failover": failover}
+    for name in SECTIONS:
+        node = r.values.get(name)
+        if node is not None and node.value is not None:
+            sections[name] = read_section(node, f"{r.where}.{name}", sections[name], errors)
+    probe = sections["probe"]
+    failover = replace(sections["failover"], probe_interval_ms=probe.interval_ms)
+    return replace(flat, probe_interval_ms=probe.interval_ms, probe_timeout_ms=probe.timeout_ms,
+                   discover_versions=probe.discover_versions, stall_timeout_ms=failover.stall_timeout_ms,
+                   hysteresis_ms=int(sections["selection"].hysteresis_ms), probe=probe, health=sections["health"],
+                   selection=sections["selection"], failover=failover)
+
+
+def _dialogue_settings(r: "_Reader | None", base: str, errors: list[tuple[Mark, str]]) -> ChatSettings:
+    if r is None:
+        return ChatSettings()
+    r.check_keys(("url", "api_key", "model", "temperature", "max_tokens", "history_turns"))
+    url = r.get("url", str, "", lambda v: None if re.match(r"^https?://[^/\s]+", v)
+                else "expected an http:// or https:// URL of a chat-completions endpoint")
+    key_node = r.values.get("api_key")
+    api_key = secret(key_node, f"{r.where}.api_key", base, errors) if key_node is not None else ""
+    temperature = None
+    if (t := r.values.get("temperature")) is not None:
+        if isinstance(t.value, (int, float)) and not isinstance(t.value, bool) and 0 <= t.value <= 2:
+            temperature = float(t.value)
+        else:
+            errors.append((t.mark, f"{r.where}.temperature: expected a number from 0 to 2"))
+    return ChatSettings(url=url, api_key=api_key, model=r.get("model", str, ChatSettings.model),
+                        temperature=temperature,
+                        max_tokens=r.get("max_tokens", int, ChatSettings.max_tokens, _positive),
+                        history_turns=r.get("history_turns", int, ChatSettings.history_turns,
+                                            lambda v: None if 0 <= v <= 200 else "expected 0 to 200"))
 
 
 def load_config(path: str | None) -> ServerConfig:
@@ -240,7 +315,7 @@ def load_config(path: str | None) -> ServerConfig:
     errors: list[tuple[Mark, str]] = []
     top = _Reader(root, "config", errors)
     top.check_keys(("sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
-                    "recordings_dir", "variables"))
+                    "recordings_dir", "variables", "http", "dialogue"))
     base = os.path.dirname(os.path.abspath(path))
 
     sip = SipSettings()
@@ -300,21 +375,30 @@ def load_config(path: str | None) -> ServerConfig:
                                         "{name, asr, tts, ...})"))
             else:
                 for i, item in enumerate(rn.value):
-                    regions.append(_region(item, f"config.speech.regions[{i}]", errors))
+                    regions.append(_region(item, f"config.speech.regions[{i}]", errors, base))
                 names = [reg.name for reg in regions]
                 for i, name in enumerate(names):
                     if name and names.index(name) != i:
                         errors.append((rn.value[i].mark, f"config.speech.regions[{i}]: duplicate region name {name!r}"))
+                seen: dict[str, RegionSettings] = {}
+                for i, reg in enumerate(regions):
+                    for address in (*reg.asr_endpoints, *reg.tts_endpoints):
+                        other = seen.setdefault(address, reg)
+                        if other.name != reg.name and other.connection != reg.connection:
+                            errors.append((rn.value[i].mark, f"config.speech.regions[{i}]: endpoint {address} is "
+                                                             f"also in region {other.name!r} with other TLS or "
+                                                             f"metadata settings; expected the same"))
         routing = RoutingSettings()
         if (rr := r.sub("routing")) is not None:
             rr.check_keys(("probe_interval_ms", "probe_timeout_ms", "stall_timeout_ms", "hysteresis_ms",
-                           "discover_versions"))
+                           "discover_versions", *SECTIONS))
             routing = RoutingSettings(
                 probe_interval_ms=rr.get("probe_interval_ms", int, routing.probe_interval_ms, _positive),
                 probe_timeout_ms=rr.get("probe_timeout_ms", int, routing.probe_timeout_ms, _positive),
                 stall_timeout_ms=rr.get("stall_timeout_ms", int, routing.stall_timeout_ms, _positive),
                 hysteresis_ms=rr.get("hysteresis_ms", int, routing.hysteresis_ms, _positive),
                 discover_versions=rr.get("discover_versions", bool, False))
+            routing = _routing_sections(routing, rr, errors)
         speech = SpeechSettings(regions=tuple(regions), routing=routing, voice=r.get("voice", str, speech.voice),
                                 stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive),
                                 phrase_hints=r.get("phrase_hints", bool, speech.phrase_hints),
@@ -343,6 +427,8 @@ def load_config(path: str | None) -> ServerConfig:
     variables: tuple[tuple[str, str], ...] = ()
     if (r := top.sub("variables")) is not None:
         variables = tuple((k, str(v.value)) for k, v in r.values.items())
+    http = _http_settings(top.sub("http"), base, errors)
+    dialogue = _dialogue_settings(top.sub("dialogue"), base, errors)
     call_records = top.get("call_records", str, ServerConfig.call_records)
     recordings_dir = top.get("recordings_dir", str, ServerConfig.recordings_dir)
     if errors:
@@ -350,4 +436,5 @@ def load_config(path: str | None) -> ServerConfig:
     return ServerConfig(sip=sip, media=media, speech=speech, metrics=metrics, endpointing=endpointing,
                         dialplans=dialplans,
                         transfer_uri=top.get("transfer_uri", str, ServerConfig.transfer_uri),
-                        call_records=call_records, recordings_dir=recordings_dir, variables=variables)
+                        call_records=call_records, recordings_dir=recordings_dir, variables=variables,
+                        http=http, dialogue=dialogue)

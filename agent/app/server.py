@@ -1,5 +1,7 @@
 """``openclaw-voice serve``: SIP front, admission, routing, sessions, metrics.
 
+(Over 600 lines: one class whose start-up, admission and call wiring share its state.)
+
 The Twisted reactor owns the process. :class:`AgentServer` is the
 application behind the pjsua2 adapter: it admits or refuses each INVITE
 (capacity → 503 with Retry-After, unrouted number → 404) before pjsua
@@ -17,12 +19,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from twisted.internet import defer, threads
-from twisted.internet.task import LoopingCall
+from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from agent.app.admission import Admitted, flow_needs, source_ip
+from agent.app.admission import Admitted, flow_needs, flow_speech, source_ip
 from agent.app.call_records import append_record
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
@@ -40,11 +42,14 @@ from agent.app.metrics import AGENT_HANGUP_REASONS, AgentMetrics
 from agent.app.reconciler import CallReconciler, server_reconciler
 from agent.call.record import CallInfo
 from agent.call.session import CallSession, SessionSettings
-from agent.integrations.model import ask_model
-from agent.regions.probe import RegionProber
-from agent.regions.selector import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
+from agent.integrations.chat_stream import stream_reply
+from agent.integrations.http import HttpClient
+from agent.regions.probe import GrpcProbeTransport, RegionProber
+from agent.regions.selector import NoRegion, RegionSelector, RegionSpec, Selection
 from agent.regions.web import RegionsResource, register_region_metrics
-from agent.speech.failover import FailoverSettings, RegionalSpeech, SpeechClientPool
+from agent.speech.client import SpeechClient
+from agent.speech.failover import RegionalSpeech, SpeechClientPool
+from agent.speech.voices import FLITE_VOICES
 from media.vad import VadConfig
 from sip.message import SipRequest
 from sip.pjsua import PJSUA_MAX_CALLS, Rejection, SipCall, SipConfig, SipStack
@@ -55,6 +60,8 @@ log = Logger(namespace="openclaw.server")
 GOODBYE_PROMPT = "We have to end this call now. Please call again in a moment. Goodbye."
 #: a call still up this long after its goodbye began is hung up without waiting further
 GOODBYE_TIMEOUT_S = 10.0
+#: how long start-up waits for a first usable speech region after every endpoint was probed once
+STARTUP_REGION_WAIT_S = 10.0
 
 
 class AgentServer:
@@ -131,27 +138,45 @@ class AgentServer:
         matchers_ready = threads.deferToThread(prepare_intent_matchers, self.dialplan)
         regions = self.config.speech.regions
         if regions:
-            specs = [RegionSpec(r.name, r.asr_endpoints, r.tts_endpoints, dialogue_endpoint=r.dialogue or None,
+            specs = [RegionSpec(r.name, r.asr_endpoints, r.tts_endpoints,
+                                dialogue_endpoint=r.dialogue or self.config.dialogue.url or None,
                                 model_versions=frozenset(r.model_versions), capacity=r.capacity,
                                 home_prefixes=r.home_prefixes, home_networks=r.home_networks) for r in regions]
+            connections = {address: r.connection for r in regions
+                           for address in (*r.asr_endpoints, *r.tts_endpoints)}
+            self.pool = SpeechClientPool(lambda address: SpeechClient(address, connection=connections.get(address)))
             for r in regions:
-                log.info("speech region {name}: asr {asr}, tts {tts}", name=r.name, asr=",".join(r.asr_endpoints),
-                         tts=",".join(r.tts_endpoints))
+                log.info("speech region {name}: asr {asr}, tts {tts}{tls}{meta}", name=r.name,
+                         asr=",".join(r.asr_endpoints), tts=",".join(r.tts_endpoints),
+                         tls=" over TLS" if r.connection.secure else "",
+                         meta=f" with metadata {', '.join(r.connection.metadata_keys)}" if r.connection.metadata else "")
+            if self.config.speech.voice in FLITE_VOICES:
+                log.warn("speech.voice {voice!r} is a name of the embedded engine; Riva servers know voices such "
+                         "as English-US.Male-1", voice=self.config.speech.voice)
         else:
+            connections = {}
             address = yield self._start_embedded_speech()
             log.info("speech backend: embedded speech server at {uri}", uri=address)
-            specs = [RegionSpec("local", (address,), (address,), capacity=64)]
+            specs = [RegionSpec("local", (address,), (address,), capacity=64,
+                                dialogue_endpoint=self.config.dialogue.url or None)]
         routing = self.config.speech.routing
-        self.selector = RegionSelector(specs, health=HealthPolicy(),
-                                       selection=SelectionPolicy(hysteresis_ms=routing.hysteresis_ms))
+        self.selector = RegionSelector(specs, health=routing.health, selection=routing.selection)
         self.region_metrics = register_region_metrics(self.metrics.registry, self.selector, self.reactor.seconds)
-        self.prober = RegionProber(self.reactor, self.selector, interval_s=routing.probe_interval_ms / 1000.0,
-                                   timeout_s=routing.probe_timeout_ms / 1000.0,
-                                   discover_versions=routing.discover_versions,
-                                   on_probe=self.region_metrics.observe_probe)
+        self.prober = RegionProber(self.reactor, self.selector, interval_s=routing.probe.interval_ms / 1000.0,
+                                   timeout_s=routing.probe.timeout_ms / 1000.0, watch=routing.probe.watch,
+                                   discover_versions=routing.probe.discover_versions,
+                                   discovery_interval_s=routing.probe.discovery_interval_s,
+                                   on_probe=self.region_metrics.observe_probe,
+                                   transport=GrpcProbeTransport(self.reactor, connections=connections,
+                                                                http=HttpClient(self.reactor, tls=self.config.http)))
         self.prober.start()
         yield self.prober.ready
         best = self.selector.select(None, None, (), None, now=self.reactor.seconds())
+        # A first probe may miss its deadline while a TLS channel connects: wait a little.
+        waited_until = self.reactor.seconds() + STARTUP_REGION_WAIT_S
+        while isinstance(best, NoRegion) and self.reactor.seconds() < waited_until:
+            yield deferLater(self.reactor, routing.probe_interval_ms / 1000.0, lambda: None)
+            best = self.selector.select(None, None, (), None, now=self.reactor.seconds())
         if isinstance(best, NoRegion):
             raise RuntimeError(f"no speech region is usable: {best.reason} ({best.detail})")
         self.speech_uri = best.tts_endpoint
@@ -469,10 +494,12 @@ class AgentServer:
                 short_turn_silence_ms=self.config.endpointing.short_turn_silence_ms))
         routing = self.config.speech.routing
         assert self.selector is not None
+        language, asr_model = flow_speech(admitted.dialplan, admitted.flow)
         speech = RegionalSpeech(self.reactor, self.selector, self.pool, selection, call_id=cid,
+                                language_code=language, asr_model=asr_model,
                                 caller_number=call.caller or None, source_ip=admitted.source_ip,
                                 pinned_versions=admitted.pinned, need_dialogue=admitted.need_dialogue,
-                                settings=FailoverSettings(stall_timeout_ms=routing.stall_timeout_ms),
+                                settings=routing.failover,
                                 on_failover=lambda event: self._on_failover(cid, event))
         info = CallInfo(caller=call.caller, called=call.called, flow=admitted.flow, region=selection.region,
                         dialplan_digest=getattr(admitted.dialplan, "digest", ""), sip_call=call,
@@ -480,9 +507,10 @@ class AgentServer:
         control = SipCallControl(call, self)
         session = CallSession(cid, dialogue, speech, control, self.reactor, prompts=self.prompts,
                               metrics=self.metrics, settings=settings, on_ended=self._session_ended,
-                              webhooks=lambda request: call_webhook(self.reactor, request),
+                              webhooks=lambda request: call_webhook(self.reactor, request, tls=self.config.http),
                               recordings_dir=self.config.recordings_dir,
-                              model=self._model_for(selection), info=info)
+                              model=self._model_for(selection), info=info,
+                              model_stream=self._model_stream_for(selection))
         self.sessions[cid] = session
         self.metrics.active_calls.inc()
         self.metrics.calls.labels("answered").inc()
@@ -579,11 +607,20 @@ class AgentServer:
     def _on_failover(self, call_id: str, event: Any) -> None:
         log.warn("call {call_id} speech failover: {event}", call_id=call_id, event=event)
 
-    def _model_for(self, selection: Selection) -> Any:
+    def _model_stream_for(self, selection: Selection) -> Any:
+        """``(action, on_sentence) -> Deferred[ModelReply]``: the region's dialogue model, streamed."""
         url = selection.dialogue_endpoint
         if not url:
             return None
-        return lambda action: ask_model(self.reactor, url, action)
+        return lambda action, on_sentence: stream_reply(self.reactor, url, self.config.dialogue, action,
+                                                        on_sentence=on_sentence, tls=self.config.http)
+
+    def _model_for(self, selection: Selection) -> Any:
+        """``action -> Deferred[str]``: the whole reply (for model steps whose reply is not spoken)."""
+        stream = self._model_stream_for(selection)
+        if stream is None:
+            return None
+        return lambda action: stream(action, lambda sentence: None).addCallback(lambda reply: reply.text)
 
     def _on_registration(self, code: int, reason: str, expiration: int) -> None:
         self.metrics.registration_status.set(code)

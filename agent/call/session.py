@@ -37,7 +37,7 @@ from agent.call.prosody import ProsodyTracker
 from agent.call.ports import CallControl, PromptCache, Reactor, cancel
 from agent.call.record import CallInfo, CallOutcome, Turn, call_record
 from agent.call.recording import Recorder
-from agent.call.steps import ExternalSteps
+from agent.call.steps import ExternalSteps, SpokenReply
 from agent.call.reply import PromptPlayer, Reply
 from agent.call.turns import Speculation, TurnTaker
 from agent.dialplan.engine import (
@@ -84,7 +84,8 @@ class CallSession:
                  on_ended: Callable[["CallSession"], None] | None = None,
                  webhooks: Callable[[WebhookRequest], Any] | None = None,
                  model: Callable[[AskModel], Any] | None = None,
-                 recordings_dir: str = "var/recordings", info: CallInfo | None = None) -> None:
+                 recordings_dir: str = "var/recordings", info: CallInfo | None = None,
+                 model_stream: Callable[[AskModel, Callable[[str], None]], Any] | None = None) -> None:
         self.call_id = call_id
         self.info = info or CallInfo()
         self.dialogue = dialogue
@@ -114,7 +115,8 @@ class CallSession:
                                      _BargeHooks(self), metrics, self.log_fields)
         self.steps = ExternalSteps(reactor, control, lambda: self.dialogue, webhooks, model, metrics,
                                    self.log_fields, is_current=self._is_current, finish=self._finish_step,
-                                   failed_at_once=self._step_failed_at_once, on_bridged=self._on_bridged)
+                                   failed_at_once=self._step_failed_at_once, on_bridged=self._on_bridged,
+                                   model_stream=model_stream)
         self.recorder = Recorder(reactor, self.media, self.playout, recordings_dir, rate_hz, self.log_fields,
                                  on_done=self._record_done)
         #: prompt audio synthesised ahead for the reply being said, by prompt text
@@ -193,6 +195,7 @@ class CallSession:
         cancel(self._max_duration_timer)
         cancel(self._start_timer)
         self.recorder.close()
+        self.steps.close()
         self._cancel_reply_synthesis()
         self.media.asr = None
         if self._asr is not None:
@@ -362,7 +365,7 @@ class CallSession:
     def _arm_barge_in(self) -> None:
         current = self._current
         self.barge.arm(isinstance(current, Say) and current.barge_in
-                       and any(isinstance(a, Listen) for a in self._pending))
+                       and any(isinstance(a, (Listen, SpokenReply)) for a in self._pending))
 
     def _on_barge_in(self, barge: BargeIn) -> None:
         """A caller's voice over the prompt takes the turn."""
@@ -391,8 +394,9 @@ class CallSession:
         current = self._current
         if not isinstance(current, Say) or not (current.keys_interrupt if by_key else current.barge_in):
             return False
-        # Only interrupt when a Listen follows; a closing prompt plays out.
-        if not any(isinstance(a, Listen) for a in self._pending):
+        # Only interrupt when a Listen follows (or a model reply still streaming, which then
+        # stops); a closing prompt plays out.
+        if not any(isinstance(a, (Listen, SpokenReply)) for a in self._pending):
             return False
         self.barge.drop()
         self.barge_ins += 1
@@ -404,8 +408,14 @@ class CallSession:
         self._current = None
         self._reply = None
         self.playout.flush()
-        while self._pending and not isinstance(self._pending[0], Listen):
+        while self._pending and not isinstance(self._pending[0], (Listen, SpokenReply)):
             self._pending.popleft()
+        if self._pending and isinstance(self._pending[0], SpokenReply):
+            follow = self.steps.interrupt_model(self._pending.popleft())
+            if any(isinstance(a, Listen) for a in follow):
+                while follow and isinstance(follow[0], Say):  # the caller is talking: no prompt first
+                    follow.pop(0)
+            self._pending.extendleft(reversed(follow))
         log.info("call {call_id} barge-in: prompt stopped", **self.log_fields)
         self.barge.arm(False)
         self._advance()
@@ -444,6 +454,8 @@ class CallSession:
                 self.recorder.start(action)
             elif isinstance(action, AskModel):
                 self.steps.start_model(action)
+            elif isinstance(action, SpokenReply):
+                self.steps.continue_model(action)
             elif isinstance(action, Transfer):
                 self.steps.start_transfer(action)
 

@@ -7,6 +7,7 @@ through its queue).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from twisted.logger import Logger
@@ -18,15 +19,33 @@ from agent.dialplan.engine import Action, AskModel, CallWebhook, DialogueSession
 log = Logger(namespace="openclaw.session")
 
 
+@dataclass(eq=False)
+class SpokenReply:
+    """A model reply being streamed to the caller: queued after each sentence said, it is the
+    session's current action while it waits for the next sentence or the end of the reply."""
+
+    action: AskModel
+    #: sentences come in, not yet handed to the session
+    waiting: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    reply: Any = None
+    error: str | None = None
+    deferred: Any = None
+    cancelled: bool = False
+
+
 class ExternalSteps:
     """Starts webhook, model and transfer steps and turns their outcomes into the dialogue's next actions."""
 
     def __init__(self, reactor: Reactor, control: CallControl, dialogue: Callable[[], DialogueSession],
                  webhooks: Callable[[WebhookRequest], Any] | None, model: Callable[[AskModel], Any] | None,
                  metrics: AgentMetrics | None, log_fields: dict[str, str], *,
-                 is_current: Callable[[Action], bool], finish: Callable[[list[Action]], None],
-                 failed_at_once: Callable[[list[Action]], None], on_bridged: Callable[[], None]) -> None:
-        """*on_bridged*: the caller now talks to a bridged target (the agent stops listening)."""
+                 is_current: Callable[[Any], bool], finish: Callable[[list[Any]], None],
+                 failed_at_once: Callable[[list[Action]], None], on_bridged: Callable[[], None],
+                 model_stream: Callable[[AskModel, Callable[[str], None]], Any] | None = None) -> None:
+        """*on_bridged*: the caller now talks to a bridged target (the agent stops listening).
+        *model_stream(action, on_sentence)*: the dialogue model, streamed (fires with a reply
+        having ``text``); preferred over *model* for replies that are spoken."""
         self._reactor = reactor
         self._control = control
         self._dialogue = dialogue
@@ -38,6 +57,8 @@ class ExternalSteps:
         self._finish = finish
         self._failed_at_once = failed_at_once
         self._on_bridged = on_bridged
+        self._model_stream = model_stream
+        self._spoken: SpokenReply | None = None
         #: where the call was (last) transferred or bridged to
         self.transfer_target: str | None = None
 
@@ -60,6 +81,9 @@ class ExternalSteps:
         self._finish(self._dialogue().on_webhook_result(result))
 
     def start_model(self, action: AskModel) -> None:
+        if self._model_stream is not None and action.say:
+            self._start_streamed_model(action)
+            return
         if self._model is None:
             self._failed_at_once(self._dialogue().on_model_failed("no dialogue model configured"))
             return
@@ -74,6 +98,75 @@ class ExternalSteps:
                 self._finish(self._dialogue().on_model_failed(failure.getErrorMessage()))
 
         d.addCallbacks(reply, failed)
+
+    # -- a model reply spoken while it streams -----------------------------------------
+    def _start_streamed_model(self, action: AskModel) -> None:
+        assert self._model_stream is not None
+        spoken = SpokenReply(action)
+
+        def on_sentence(text: str) -> None:
+            if not spoken.cancelled:
+                spoken.waiting.append(text)
+                self._pump(spoken)
+
+        def replied(reply: Any) -> None:
+            spoken.reply = reply
+            self._pump(spoken)
+
+        def failed(failure: Any) -> None:
+            if not spoken.cancelled:
+                spoken.error = failure.getErrorMessage()
+                self._pump(spoken)
+
+        self._spoken = spoken
+        spoken.deferred = self._model_stream(action, on_sentence)
+        spoken.deferred.addCallbacks(replied, failed)
+
+    def close(self) -> None:
+        """The call is over: stop a model reply still streaming."""
+        spoken, self._spoken = self._spoken, None
+        if spoken is not None and not spoken.cancelled:
+            spoken.cancelled = True
+            if spoken.deferred is not None and not spoken.deferred.called:
+                spoken.deferred.cancel()
+
+    def continue_model(self, spoken: SpokenReply) -> None:
+        """The session reached *spoken* in its queue: say what came meanwhile, or finish."""
+        self._pump(spoken)
+
+    def _pump(self, spoken: SpokenReply) -> None:
+        if spoken.cancelled or not (self._is_current(spoken.action) or self._is_current(spoken)):
+            return  # the session is saying an earlier sentence; it comes back here after it
+        dialogue = self._dialogue()
+        if spoken.waiting:
+            text = " ".join(spoken.waiting)
+            spoken.waiting.clear()
+            say = dialogue.model_sentence(text)
+            if say is None:
+                return
+            spoken.said.append(text)
+            if len(spoken.said) == 1:
+                log.info("call {call_id} model: first sentence ({n} chars) to synthesis", n=len(text),
+                         **self._log_fields)
+            self._finish([say, spoken])
+        elif spoken.error is not None:
+            log.info("call {call_id} model failed: {reason}", reason=spoken.error, **self._log_fields)
+            self._finish(dialogue.on_model_failed(spoken.error))
+        elif spoken.reply is not None:
+            text = getattr(spoken.reply, "text", spoken.reply)
+            self._finish(dialogue.on_model_reply(text, said=bool(spoken.said)) if spoken.said
+                         else dialogue.on_model_reply(text))
+
+    def interrupt_model(self, spoken: SpokenReply) -> list[Action]:
+        """The caller barged in on the streamed reply: stop the model, keep what was said, and
+        return the dialogue's next actions."""
+        spoken.cancelled = True
+        if spoken.deferred is not None and not spoken.deferred.called:
+            spoken.deferred.cancel()
+        said = " ".join(spoken.said)
+        log.info("call {call_id} model reply interrupted after {n} sentence(s)", n=len(spoken.said),
+                 **self._log_fields)
+        return self._dialogue().on_model_reply(said, said=True, interrupted=True)
 
     # -- transfers ------------------------------------------------------------------------
     def start_transfer(self, action: Transfer) -> None:

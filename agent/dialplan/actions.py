@@ -221,6 +221,8 @@ class AskModel:
     history: tuple[tuple[str, str], ...]
     timeout_ms: int
     language: str = "en-US"
+    #: the reply is to be spoken (the step's ``say``): it may be streamed to synthesis
+    say: bool = True
 
 
 Action = Union[Say, Listen, Transfer, Hangup, CallWebhook, Record, AskModel]

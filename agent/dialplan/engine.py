@@ -347,16 +347,29 @@ class DialogueSession(FlowRunner):
         self._record("record_failed", text=reason)
         return self._run(step.on_failure or self._flow.successor(step))
 
-    def on_model_reply(self, text: str) -> list[Action]:
-        """The dialogue model answered *text*: store it, say it (unless ``say: false``)."""
+    def model_sentence(self, text: str) -> Say | None:
+        """A sentence of the model's reply, spoken as the current model step says its reply
+        (while the rest of it is still coming); None when no model step is waiting."""
+        step = self._step
+        if self._mode != MODEL or not isinstance(step, ModelStep):
+            return None
+        return Say(text, step.settings.voice, step.settings.barge_in, None, dtmf_flag(step.settings), step.id)
+
+    def on_model_reply(self, text: str, said: bool = False, interrupted: bool = False) -> list[Action]:
+        """The dialogue model answered *text*: store it, say it (unless ``say: false``, or
+        *said*: it was spoken sentence by sentence as it came; *interrupted*: the caller cut it
+        short, and *text* is what was said)."""
         step = self._step
         if self._mode != MODEL or not isinstance(step, ModelStep):
             return []
         self._mode = IDLE
         self._variables[step.save_as] = text
-        self._record("model_reply", text=text, data={step.save_as: text})
+        data = {step.save_as: text, **({"interrupted": "true"} if interrupted else {})}
+        self._record("model_reply", text=text, data=data)
         actions: list[Action] = []
-        if step.say and text.strip():
+        if said and text.strip():
+            self._conversation.append(("agent", text))
+        elif step.say and text.strip():
             actions.append(Say(text, step.settings.voice, step.settings.barge_in, None,
                                dtmf_flag(step.settings), step.id))
             self._conversation.append(("agent", text))

@@ -268,6 +268,7 @@ class _FileReader(StepReader):
         no_match = base.no_match
         if "no_match" in entries:
             no_match = self.person_offer(entries["no_match"][1], base.no_match)
+        system_prompt = self.optional(entries, "system_prompt", self.string)
         return Settings(
             voice=voice if voice is not None else base.voice,
             barge_in=barge_in if barge_in is not None else base.barge_in,
@@ -284,6 +285,7 @@ class _FileReader(StepReader):
             escalation=escalation,
             confirm=confirm,
             no_match=no_match,
+            system_prompt=system_prompt if system_prompt is not None else base.system_prompt,
         )
 
     def _confirmation(self, node: Node, base: Confirmation) -> Confirmation:

@@ -38,6 +38,7 @@ from agent.dialplan.templates import (
     Variable,
     parse_template,
 )
+from agent.speech.voices import DEFAULT_VOICE
 from agent.yamlmarks import Mark
 
 __all__ = [
@@ -207,7 +208,7 @@ class Settings:
     offered to a caller the ask does not understand.
     """
 
-    voice: str = "kal16"
+    voice: str = DEFAULT_VOICE
     barge_in: bool = True
     no_input_timeout_ms: int = 5000
     dtmf_barge_in: bool = True
@@ -220,6 +221,8 @@ class Settings:
     escalation: str | None = None
     confirm: Confirmation = Confirmation()
     no_match: PersonOffer = PersonOffer()
+    #: the dialogue model's system prompt for model steps (a step's instructions follow it)
+    system_prompt: str | None = None
 
 
 DEFAULT_SETTINGS = Settings()

@@ -288,12 +288,14 @@ class FlowRunner:
 
     def _model_step(self, step: ModelStep, actions: list[Action]) -> str | None:
         instructions = step.instructions.render(self._scope) if step.instructions else ""
+        if step.settings.system_prompt:
+            instructions = "\n\n".join(p for p in (step.settings.system_prompt, instructions) if p)
         text = step.input.render(self._scope)
         self._record("model", text=text)
         self._mode = MODEL
         history = tuple(self._conversation[-MAX_HISTORY_TURNS:])
         actions.append(AskModel(instructions, text, history, step.timeout_ms,
-                                step.settings.language))
+                                step.settings.language, say=step.say))
         return None
 
     def _hangup_step(self, step: HangupStep, actions: list[Action]) -> str | None:

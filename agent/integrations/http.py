@@ -25,12 +25,15 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
+from agent.integrations.tls import TlsSettings, tls_failure_reason, tls_policy
+
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "HttpClient", "HttpError", "HttpResponse", "failure_reason"]
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 #: kinds of :class:`HttpError`: a timeout or a network failure may pass; the others will not
-TIMEOUT, NETWORK, TOO_LARGE, OTHER = "timeout", "network", "too_large", "other"
+#: (TLS: a certificate the agent refused)
+TIMEOUT, NETWORK, TOO_LARGE, TLS, OTHER = "timeout", "network", "too_large", "tls", "other"
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,10 @@ class HttpError(Exception):
 
 
 def failure_reason(exc: BaseException) -> str:
-    """Short text naming why a request failed (``timeout``, ``connection refused``, ...)."""
+    """Short text naming why a request failed (``timeout``, ``connection refused``, ``tls: ...``)."""
+    tls = tls_failure_reason(exc)
+    if tls is not None:
+        return tls
     if isinstance(exc, (defer.TimeoutError, defer.CancelledError, net_error.TimeoutError)):
         return "timeout"
     if isinstance(exc, net_error.ConnectionRefusedError):
@@ -166,15 +172,18 @@ class HttpClient:
     """Requests over one ``IAgent`` (default: ``twisted.web.client.Agent`` with its own pool).
 
     *persistent* keeps connections open between requests; *connect_timeout_s* bounds the TCP
-    connect (each request's *timeout_s* bounds the whole exchange anyway).
+    connect (each request's *timeout_s* bounds the whole exchange anyway). ``https://`` URLs are
+    verified against *tls* (:class:`~agent.integrations.tls.TlsSettings`; None: the system's
+    trust store), host name included.
     """
 
     def __init__(self, reactor: Any, *, agent: Any = None, persistent: bool = False,
-                 connect_timeout_s: float | None = None, user_agent: bytes | None = None) -> None:
+                 connect_timeout_s: float | None = None, user_agent: bytes | None = None,
+                 tls: TlsSettings | None = None) -> None:
         self.reactor = reactor
         if agent is None:
             self.pool = _QuietConnectionPool(reactor, persistent=persistent)
-            agent = Agent(reactor, connectTimeout=connect_timeout_s, pool=self.pool)
+            agent = Agent(reactor, contextFactory=tls_policy(tls), connectTimeout=connect_timeout_s, pool=self.pool)
         else:
             self.pool = None
         self.agent = agent
@@ -235,6 +244,112 @@ class HttpClient:
         return d
 
 
+    def request_stream(self, method: str, url: str, *, on_data: Any, timeout_s: float, idle_timeout_s: float,
+                       json: Any = None, headers: Iterable[tuple[str, str]] = ()) -> Deferred[int]:
+        """Send one request and hand the response body to *on_data(bytes)* as it arrives.
+
+        Fires with the status when the body has ended; a status of 300 or more fails with an
+        :class:`HttpError` ``http <status>: <start of the body>``. *timeout_s* bounds
+        the wait for the response headers, *idle_timeout_s* each wait for more of the body.
+        Fails with :class:`HttpError`; cancelling the Deferred drops the connection.
+        """
+        raw_headers = Headers()
+        if self.user_agent is not None:
+            raw_headers.setRawHeaders(b"User-Agent", [self.user_agent])
+        body = None
+        if json is not None:
+            body = jsonlib.dumps(json).encode("utf-8")
+            raw_headers.setRawHeaders(b"content-type", [b"application/json"])
+        for name, value in headers:
+            raw_headers.setRawHeaders(name.encode("latin-1"), [value.encode("utf-8")])
+        producer = _BytesProducer(body) if body is not None else None
+        timed_out: list[bool] = []
+        state: dict[str, Any] = {"timer": None, "reader": None}
+
+        def stop() -> None:
+            inner.cancel()
+            reader = state["reader"]
+            if reader is not None and reader.transport is not None:
+                reader.transport.stopProducing()
+
+        def expire() -> None:
+            timed_out.append(True)
+            stop()
+
+        def rearm(delay: float) -> None:
+            timer = state["timer"]
+            if timer is not None and timer.active():
+                timer.reset(delay)
+            else:
+                state["timer"] = self.reactor.callLater(delay, expire)
+
+        def cancel(_: Deferred[int]) -> None:
+            stop()
+
+        outer: Deferred[int] = Deferred(cancel)
+        inner: Deferred[Any] = self.agent.request(method.encode("ascii"), url.encode("utf-8"), raw_headers, producer)
+        rearm(timeout_s)
+
+        def got_response(response: Any) -> Any:
+            code = int(response.code)
+            if code >= 300:
+                def refuse(data: bytes) -> int:
+                    text = data.decode("utf-8", "replace").strip().replace("\n", " ")[:160]
+                    raise HttpError(f"http {code}" + (f": {text}" if text else ""), OTHER, code)
+                return _read_body(response, 1 << 16).addCallback(refuse)
+            done: Deferred[None] = Deferred()
+            rearm(idle_timeout_s)
+
+            def chunk(data: bytes) -> None:
+                rearm(idle_timeout_s)
+                on_data(data)
+
+            state["reader"] = _StreamReader(done, chunk)
+            response.deliverBody(state["reader"])
+            return done.addCallback(lambda _: code)
+
+        inner.addCallback(got_response)
+
+        def finish(result: Any) -> None:
+            timer = state["timer"]
+            if timer is not None and timer.active():
+                timer.cancel()
+            if outer.called:
+                return
+            if isinstance(result, Failure):
+                try:
+                    _translate(result, timed_out)
+                except HttpError as exc:
+                    outer.errback(exc)
+                else:
+                    outer.errback(result)
+            else:
+                outer.callback(result)
+
+        inner.addBoth(finish)
+        return outer
+
+
+class _StreamReader(Protocol):
+    """Hands each piece of a response body to *on_data*; *done* fires when the body ends."""
+
+    def __init__(self, done: Deferred[None], on_data: Any) -> None:
+        self.done = done
+        self.on_data = on_data
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802
+        if not self.done.called:
+            self.on_data(data)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802
+        if self.done.called:
+            return
+        if reason.check(ResponseDone, PotentialDataLoss):
+            self.done.callback(None)
+        else:
+            self.done.errback(reason)
+
+
 def _translate(failure: Failure, timed_out: list[bool]) -> Failure:
     exc = failure.value
     if isinstance(exc, HttpError):
@@ -244,6 +359,8 @@ def _translate(failure: Failure, timed_out: list[bool]) -> Failure:
     reason = failure_reason(exc)
     if reason == "timeout":
         raise HttpError(reason, TIMEOUT, cause=exc)
+    if reason.startswith("tls:"):
+        raise HttpError(reason, TLS, cause=exc)
     if reason.startswith("error:"):
         raise HttpError(reason, OTHER, cause=exc)
     raise HttpError(reason, NETWORK, cause=exc)

@@ -28,6 +28,7 @@ from twisted.internet.task import deferLater
 
 from agent.dialplan.engine import WebhookRequest, WebhookResult
 from agent.integrations.http import DEFAULT_MAX_BODY_BYTES, HttpClient, HttpError, failure_reason
+from agent.integrations.tls import TlsSettings
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -109,15 +110,17 @@ def interpret_response(status: int, body: bytes, attempts: int = 1,
 
 
 @defer.inlineCallbacks
-def call_webhook(reactor: Any, request: WebhookRequest, agent: Any = None):  # type: ignore[no-untyped-def]
+def call_webhook(reactor: Any, request: WebhookRequest, agent: Any = None,  # type: ignore[no-untyped-def]
+                 tls: TlsSettings | None = None):
     """Perform *request*; the Deferred fires with a :class:`WebhookResult` (never fails).
 
     *agent* is an ``IAgent`` (default: a non-persistent ``twisted.web.client.Agent`` on
-    *reactor*). Attempts: 1 + ``request.retries``; each limited to ``request.timeout_ms``;
+    *reactor*, verifying ``https://`` servers against *tls*). A refused certificate fails at
+    once with its reason (``tls: ...``), without retries. Attempts: 1 + ``request.retries``; each limited to ``request.timeout_ms``;
     retry after timeouts, connection errors and 5xx, waiting ``retry_backoff_ms`` and doubling.
     """
     client = HttpClient(reactor, agent=agent, persistent=False, user_agent=USER_AGENT,
-                        connect_timeout_s=max(request.timeout_ms / 1000.0, 0.1))
+                        connect_timeout_s=max(request.timeout_ms / 1000.0, 0.1), tls=tls)
     started = reactor.seconds()
     headers = [("Accept", "application/json"), *request.headers]
     attempts = 1 + max(0, request.retries)

@@ -41,6 +41,8 @@ from twisted.logger import Logger
 
 from agent.integrations.http import TIMEOUT, HttpClient, HttpError
 from agent.regions.selector import RegionSelector
+from agent.speech.api import SpeechConnection
+from agent.speech.client import open_channel, rpc_error_text
 
 log = Logger(namespace="openclaw.regions")
 
@@ -77,9 +79,13 @@ class GrpcProbeTransport:
     channels) and HTTP probes of dialogue URLs (started on the reactor thread, as
     :class:`RegionProber` calls :meth:`check`)."""
 
-    def __init__(self, reactor: Any, *, use_ssl: bool = False, http: HttpClient | None = None) -> None:
+    def __init__(self, reactor: Any, *, use_ssl: bool = False, http: HttpClient | None = None,
+                 connections: dict[str, SpeechConnection] | None = None) -> None:
+        """*connections*: TLS and metadata per endpoint address (others: plaintext, or TLS
+        with the system's roots when *use_ssl*)."""
         self._reactor = reactor
         self._use_ssl = use_ssl
+        self._connections = dict(connections or {})
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
         self._http = http if http is not None else HttpClient(reactor)
@@ -89,12 +95,15 @@ class GrpcProbeTransport:
         with self._lock:
             ch = self._channels.get(address)
             if ch is None:
-                if self._use_ssl:
-                    ch = grpc.secure_channel(address, grpc.ssl_channel_credentials())
-                else:
-                    ch = grpc.insecure_channel(address)
+                ch = open_channel(address, self._connection(address))
                 self._channels[address] = ch
             return ch
+
+    def _connection(self, address: str) -> SpeechConnection:
+        return self._connections.get(address) or SpeechConnection(use_ssl=self._use_ssl)
+
+    def _metadata(self, address: str) -> tuple[tuple[str, str], ...]:
+        return self._connection(address).metadata
 
     def check(self, address: str, timeout_s: float, done: Callable[[ProbeOutcome], None]) -> None:
         if address.startswith(("http://", "https://")):
@@ -102,15 +111,15 @@ class GrpcProbeTransport:
             return
         stub = health_pb2_grpc.HealthStub(self._channel(address))
         started = time.monotonic()
-        future = stub.Check.future(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
+        future = stub.Check.future(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s,
+                                   metadata=self._metadata(address))
 
         def finished(f: Any) -> None:
             rtt = time.monotonic() - started
             try:
                 response = f.result()
             except grpc.RpcError as exc:
-                code = exc.code() if isinstance(exc, grpc.Call) else None
-                done(ProbeOutcome(False, False, rtt, code.name if code is not None else "error"))
+                done(ProbeOutcome(False, False, rtt, rpc_error_text(exc)))
                 return
             except Exception as exc:  # cancelled on close, or a broken channel
                 done(ProbeOutcome(False, False, rtt, type(exc).__name__))
@@ -157,7 +166,7 @@ class GrpcProbeTransport:
             backoff = WATCH_RETRY_MIN_S
             stub = health_pb2_grpc.HealthStub(self._channel(address))
             while not stop.is_set():
-                call = stub.Watch(health_pb2.HealthCheckRequest(service=""))
+                call = stub.Watch(health_pb2.HealthCheckRequest(service=""), metadata=self._metadata(address))
                 current[:] = [call]
                 if stop.is_set():
                     call.cancel()
@@ -190,11 +199,11 @@ class GrpcProbeTransport:
         channel = self._channel(address)
         if kind == "asr":
             future = riva_asr_pb2_grpc.RivaSpeechRecognitionStub(channel).GetRivaSpeechRecognitionConfig.future(
-                riva_asr_pb2.RivaSpeechRecognitionConfigRequest(), timeout=timeout_s
+                riva_asr_pb2.RivaSpeechRecognitionConfigRequest(), timeout=timeout_s, metadata=self._metadata(address)
             )
         else:
             future = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel).GetRivaSynthesisConfig.future(
-                riva_tts_pb2.RivaSynthesisConfigRequest(), timeout=timeout_s
+                riva_tts_pb2.RivaSynthesisConfigRequest(), timeout=timeout_s, metadata=self._metadata(address)
             )
 
         def finished(f: Any) -> None:
@@ -243,6 +252,8 @@ class RegionProber:
             raise ValueError("interval_s and timeout_s must be positive, max_outstanding at least 1")
         self._reactor = reactor
         self._selector = selector
+        #: the last probe failure of each endpoint still failing (logged when it changes)
+        self._last_error: dict[str, str] = {}
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._watch = watch
@@ -315,8 +326,14 @@ class RegionProber:
         roles = self._selector.endpoints().get(address, ())
         if outcome.ok:
             self._selector.on_probe_response(address, now, outcome.rtt_s, outcome.serving)
+            if self._last_error.pop(address, None) is not None:
+                log.info("region endpoint {address} answers probes again", address=address)
         else:
             self._selector.on_probe_failure(address, now, outcome.error or "error")
+            if self._last_error.get(address) != outcome.error:  # logged once per new reason
+                self._last_error[address] = outcome.error
+                log.warn("region endpoint {address} ({roles}) probe failed: {error}", address=address,
+                         roles=",".join(roles) or "?", error=outcome.error or "error")
         if self._on_probe is not None:
             self._on_probe(address, roles, outcome)
         self._answered.add(address)

@@ -2,8 +2,32 @@
 client agree on. No ``riva`` or ``grpc`` here (see :mod:`agent.speech.client`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
+
+
+@dataclass(frozen=True)
+class SpeechConnection:
+    """How to reach one speech endpoint: TLS and the request metadata every RPC carries.
+
+    *root_ca* / *client_cert* / *client_key* are PEM file paths; TLS is on when *use_ssl* is
+    or any of them is set. *metadata* (``authorization: Bearer ...``, ``function-id: ...``)
+    holds secrets: it is left out of ``repr()`` (only its keys show).
+    """
+
+    use_ssl: bool = False
+    root_ca: str = ""
+    client_cert: str = ""
+    client_key: str = ""
+    metadata: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @property
+    def secure(self) -> bool:
+        return self.use_ssl or bool(self.root_ca or self.client_cert or self.client_key)
+
+    @property
+    def metadata_keys(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.metadata)
 
 
 @dataclass(frozen=True)
@@ -18,6 +42,10 @@ class RecognitionOptions:
     #: what the caller is expected to say, sent as a boosted ``speech_contexts`` hint
     #: (the embedded engine then decodes with a model of just these)
     phrases: tuple[str, ...] = ()
+    #: BCP-47 language of the caller's speech (None: the client's default, en-US)
+    language_code: str | None = None
+    #: Riva model name (``RecognitionConfig.model``; "": the server picks)
+    model: str = ""
 
 
 class RecognitionStream(Protocol):
@@ -52,6 +80,6 @@ class SpeechEndpointClient(Protocol):
 
     def synthesize_stream(self, text: str, *, sample_rate_hz: int, on_audio: Callable[[bytes], None],
                           on_done: Callable[[], None], on_error: Callable[[Exception], None],
-                          voice: str | None = None) -> SynthesisStream: ...
+                          voice: str | None = None, language_code: str | None = None) -> SynthesisStream: ...
 
     def close(self) -> None: ...

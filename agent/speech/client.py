@@ -35,7 +35,7 @@ import riva.client
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from riva.client.proto import riva_asr_pb2
 
-from agent.speech.api import RecognitionOptions
+from agent.speech.api import RecognitionOptions, SpeechConnection
 
 log = logging.getLogger("openclaw.speech")
 
@@ -299,13 +299,45 @@ class SynthesisStream:
             self._done.set()
 
 
-class SpeechClient:
-    """Client for one Riva-compatible speech endpoint (``uri`` is ``host:port``)."""
+def open_channel(uri: str, connection: SpeechConnection | None) -> grpc.Channel:
+    """A gRPC channel to *uri*: TLS (root CA, client certificate) when *connection* asks for it.
 
-    def __init__(self, uri: str, *, use_ssl: bool = False, language_code: str = "en-US") -> None:
+    The channel carries no metadata: every RPC passes ``connection.metadata`` itself (gRPC
+    refuses call credentials on a plaintext channel, and a TLS one would send them twice).
+    """
+    c = connection or SpeechConnection()
+    return riva.client.auth.create_channel(c.root_ca or None, c.client_cert or None, c.client_key or None,
+                                           c.secure, uri)
+
+
+def rpc_error_text(error: grpc.RpcError) -> str:
+    """``CODE: details`` of a failed RPC (``UNAUTHENTICATED: missing or wrong authorization``)."""
+    if not isinstance(error, grpc.Call):
+        return type(error).__name__
+    code = error.code()
+    details = (error.details() or "").strip()
+    name = code.name if code is not None else "error"
+    return f"{name}: {details[:200]}" if details else name
+
+
+class SpeechClient:
+    """Client for one Riva-compatible speech endpoint (``uri`` is ``host:port``).
+
+    *connection* gives TLS and the metadata (API key, function id) sent with every RPC.
+    """
+
+    def __init__(self, uri: str, *, use_ssl: bool = False, language_code: str = "en-US",
+                 connection: SpeechConnection | None = None) -> None:
         self.uri = uri
         self.language_code = language_code
-        self._auth = riva.client.Auth(uri=uri, use_ssl=use_ssl)
+        connection = connection or SpeechConnection(use_ssl=use_ssl)
+        self.connection = connection
+        self._auth = riva.client.Auth(uri=uri, use_ssl=connection.secure,
+                                      ssl_root_cert=connection.root_ca or None,
+                                      ssl_client_cert=connection.client_cert or None,
+                                      ssl_client_key=connection.client_key or None)
+        # Sent by hand with every RPC (riva's services and this module pass get_auth_metadata()).
+        self._auth.metadata = list(connection.metadata)
         self._asr = riva.client.ASRService(self._auth)
         self._tts = riva.client.SpeechSynthesisService(self._auth)
         self._health = health_pb2_grpc.HealthStub(self._auth.channel)
@@ -357,7 +389,8 @@ class SpeechClient:
         config = riva_asr_pb2.RecognitionConfig(
             encoding=riva.client.AudioEncoding.LINEAR_PCM,
             sample_rate_hertz=options.sample_rate_hz,
-            language_code=self.language_code,
+            language_code=options.language_code or self.language_code,
+            model=options.model,
             max_alternatives=1,
             audio_channel_count=1,
             enable_word_time_offsets=on_final_marks is not None,
@@ -375,12 +408,13 @@ class SpeechClient:
         self._track(stream)
         return stream
 
-    def synthesize(self, text: str, *, sample_rate_hz: int, voice: str | None = None, timeout_s: float = 10.0) -> bytes:
+    def synthesize(self, text: str, *, sample_rate_hz: int, voice: str | None = None, timeout_s: float = 10.0,
+                   language_code: str | None = None) -> bytes:
         """Synthesize ``text`` to pcm16 mono at ``sample_rate_hz`` (blocking); raises :class:`SpeechError`."""
         future = self._tts.synthesize(
             text,
             voice_name=voice,
-            language_code=self.language_code,
+            language_code=language_code or self.language_code,
             encoding=riva.client.AudioEncoding.LINEAR_PCM,
             sample_rate_hz=sample_rate_hz,
             future=True,
@@ -402,6 +436,7 @@ class SpeechClient:
         on_done: Callable[[], None],
         on_error: Callable[[Exception], None],
         voice: str | None = None,
+        language_code: str | None = None,
     ) -> SynthesisStream:
         """Start ``SynthesizeOnline``; pcm16 chunks go to ``on_audio`` on the worker thread."""
         synthesis = SynthesisStream(
@@ -409,7 +444,7 @@ class SpeechClient:
             text,
             sample_rate_hz=sample_rate_hz,
             voice=voice,
-            language_code=self.language_code,
+            language_code=language_code or self.language_code,
             on_audio=on_audio,
             on_done=on_done,
             on_error=on_error,

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from twisted.logger import Logger
@@ -127,8 +128,14 @@ class RegionalSpeech:
         need_dialogue: bool = False,
         settings: FailoverSettings | None = None,
         on_failover: Callable[[FailoverEvent], None] | None = None,
+        language_code: str | None = None,
+        asr_model: str = "",
     ) -> None:
+        """*language_code* (the flow's language) goes with every recognition and synthesis
+        request of the call, *asr_model* (a Riva model name) with every recognition."""
         self.reactor = reactor
+        self.language_code = language_code
+        self.asr_model = asr_model
         self.selector = selector
         self.clients = clients
         self.settings = settings or FailoverSettings()
@@ -172,6 +179,10 @@ class RegionalSpeech:
         on_error: Callable[[Exception], None],
     ) -> FailoverRecognitionStream:
         self._ensure_usable()
+        if self.language_code and not options.language_code:
+            options = replace(options, language_code=self.language_code)
+        if self.asr_model and not options.model:
+            options = replace(options, model=self.asr_model)
         stream = FailoverRecognitionStream(self, options, on_interim=on_interim, on_final=on_final, on_error=on_error)
         self._streams.add(stream)
         return stream

@@ -388,6 +388,7 @@ class FailoverSynthesisStream:
         self._started_at = self._reactor.seconds()
         self._last_audio_at = None
         client = self._owner.clients.get(selection.tts_endpoint)
+        language = getattr(self._owner, "language_code", None)
         self._inner = client.synthesize_stream(
             self._text,
             sample_rate_hz=self._rate,
@@ -395,6 +396,7 @@ class FailoverSynthesisStream:
             on_audio=lambda pcm: self._inner_audio(g, pcm),
             on_done=lambda: self._inner_done(g),
             on_error=lambda err: self._reactor.callFromThread(self._inner_error, g, err),
+            **({"language_code": language} if language else {}),
         )
         if not self._holds_slot:
             self._owner.selector.acquire(self._region)

@@ -534,10 +534,12 @@ def test_invalid_synthesis_request_is_invalid_argument(
 
 
 def test_synthesis_config_lists_voices(tts: riva.client.SpeechSynthesisService) -> None:
-    """GetRivaSynthesisConfig lists one model per flite voice with its language."""
+    """GetRivaSynthesisConfig lists one model per flite voice with its language, under its Riva
+    voice name where it has one."""
     response = tts.stub.GetRivaSynthesisConfig(riva_tts_pb2.RivaSynthesisConfigRequest(), timeout=RPC_TIMEOUT_S)
     voices = {c.parameters["voice_name"] for c in response.model_config}
-    assert voices == set(flite.VOICES)
+    assert voices == {"English-US.Male-1", "English-US.Male-2", "English-US.Male-3", "English-US.Female-1", "kal"}
+    assert {c.parameters["flite_voice"] for c in response.model_config} == set(flite.VOICES)
     assert all(c.parameters["language_code"] == "en-US" for c in response.model_config)
 
 

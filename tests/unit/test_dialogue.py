@@ -63,8 +63,8 @@ def test_start_greets_offers_menu_and_listens(plan: Dialplan) -> None:
     greeting, menu, listen = actions
     assert isinstance(greeting, Say) and "OpenClaw Bank" in greeting.text
     assert isinstance(menu, Say) and "balance" in menu.text and "press 1" in menu.text
-    assert menu.barge_in and menu.voice == "kal16"
-    assert menu.cache_key == prompt_cache_key(menu.text, "kal16")
+    assert menu.barge_in and menu.voice == "English-US.Male-1"
+    assert menu.cache_key == prompt_cache_key(menu.text, "English-US.Male-1")
     assert listen == Listen(no_input_timeout_ms=5000)
     assert session.state == "menu" and session.expects_input and not session.ended
 
@@ -360,7 +360,7 @@ def test_intent_without_goto_falls_through_and_flow_end_hangs_up() -> None:
     session = DialogueSession(dialplan, "main", {})
     session.start()
     assert session.on_transcript("yes") == [
-        Say("Thanks.", "kal16", True, prompt_cache_key("Thanks.", "kal16")),
+        Say("Thanks.", "English-US.Male-1", True, prompt_cache_key("Thanks.", "English-US.Male-1")),
         Hangup("end_of_flow"),
     ]
 

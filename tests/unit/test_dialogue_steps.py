@@ -88,7 +88,7 @@ def test_say_mapping_overrides_voice_and_barge_in_and_dtmf_only_policy() -> None
         """)
     first, second, end = call.start()
     assert (first.voice, first.barge_in, first.keys_interrupt) == ("awb", False, False)
-    assert (second.voice, second.barge_in, second.keys_interrupt) == ("kal16", False, True)
+    assert (second.voice, second.barge_in, second.keys_interrupt) == ("English-US.Male-1", False, True)
     assert second.step == "#2" and end == Hangup("normal")
 
 

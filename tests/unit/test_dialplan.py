@@ -720,7 +720,7 @@ def test_default_static_prompts_include_balance_but_not_templates() -> None:
     texts = {text for text, _ in prompts}
     assert any("account balance is" in text for text in texts)
     assert all("{{" not in text for text in texts)
-    assert {voice for _, voice in prompts} == {"kal16"}
+    assert {voice for _, voice in prompts} == {"English-US.Male-1"}
 
 
 def test_prompt_cache_key_depends_on_text_and_voice() -> None:

@@ -616,3 +616,19 @@ def test_stall_checks_run_on_the_reactor_clock_and_survive_a_failing_check() -> 
     stream.close()
     w.run(0.1)
     assert len(ticks) == 4
+
+
+def test_the_calls_language_and_model_go_with_every_stream_in_every_region() -> None:
+    """A call in en-GB with a pinned model: recognition options carry both, synthesis the
+    language -- in the first region and after a move to the next."""
+    w = World()
+    w.speech.language_code, w.speech.asr_model = "en-GB", "parakeet-1.1b-en-US"
+    stream = w.open()
+    w.talk(stream, tone(5))
+    first = w.client("a").recognitions[0].kw["options"]
+    assert (first.language_code, first.model) == ("en-GB", "parakeet-1.1b-en-US")
+    w.client("a").recognitions[0].fail()
+    moved = w.client("b").recognitions[0].kw["options"]
+    assert (moved.language_code, moved.model) == ("en-GB", "parakeet-1.1b-en-US")
+    collect_synthesis(w)
+    assert w.client("b").syntheses[0].kw["language_code"] == "en-GB"

@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from riva.client.proto import riva_asr_pb2_grpc, riva_tts_pb2_grpc
 
 from agent.speech.server import flite
+from agent.speech.server.security import TokenInterceptor, server_credentials
 # Re-exported: the server's parts are imported from here by tests, benches and tools.
 from agent.speech.server.asr import (  # noqa: F401
     ASR_MODEL_NAME,
@@ -160,6 +161,8 @@ def start_speech_server(
     prewarm_decoders: int = 2,
     max_idle_decoders: int = 8,
     general_alongside_hints: bool = False,
+    credentials: grpc.ServerCredentials | None = None,
+    auth_token: str | None = None,
 ) -> SpeechServer:
     """Start decode workers, load the default voice and serve on ``listen`` (port 0 = any free port).
 
@@ -169,7 +172,9 @@ def start_speech_server(
     ``prewarm_decoders`` decoders and keeps up to ``max_idle_decoders``. With
     ``general_alongside_hints`` a stream with phrase hints is also decoded by the general model,
     whose words are used when the hint model's do not read as the hints (about 1.7 times the
-    general model's CPU per stream: docs/speech.md). Raises
+    general model's CPU per stream: docs/speech.md). *credentials* serve TLS instead of plaintext
+    (:func:`agent.speech.server.security.server_credentials`); *auth_token* makes every RPC
+    need ``authorization: Bearer <token>``. Raises
     ``RuntimeError`` if the address cannot be bound.
     """
     host, _ = _split_listen(listen)
@@ -193,13 +198,15 @@ def start_speech_server(
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="speech-rpc"),
             options=[("grpc.so_reuseport", 0)],
+            interceptors=[TokenInterceptor(auth_token)] if auth_token else None,
         )
         riva_asr_pb2_grpc.add_RivaSpeechRecognitionServicer_to_server(RivaAsrServicer(engine), server)
         riva_tts_pb2_grpc.add_RivaSpeechSynthesisServicer_to_server(RivaTtsServicer(), server)
         health_servicer = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         try:
-            bound = server.add_insecure_port(listen)
+            bound = (server.add_secure_port(listen, credentials) if credentials is not None
+                     else server.add_insecure_port(listen))
         except RuntimeError as exc:
             raise RuntimeError(f"cannot listen on {listen}: {exc}") from exc
         if not bound:
@@ -214,7 +221,8 @@ def start_speech_server(
 
 
 def run(listen: str, max_workers: int = 32, decode_processes: int | None = None,
-        general_alongside_hints: bool = False) -> int:
+        general_alongside_hints: bool = False, credentials: grpc.ServerCredentials | None = None,
+        auth_token: str | None = None) -> int:
     """Serve on ``listen`` until SIGTERM or SIGINT; print one ``listening`` line; return 0."""
     stop = threading.Event()
 
@@ -226,8 +234,11 @@ def run(listen: str, max_workers: int = 32, decode_processes: int | None = None,
     parent = int(os.environ.get("OPENCLAW_PARENT_PID", "0") or 0)
     try:
         server = start_speech_server(listen, max_workers, decode_processes=decode_processes,
-                                     general_alongside_hints=general_alongside_hints)
-        print(f"speech server listening on {server.address}", flush=True)
+                                     general_alongside_hints=general_alongside_hints,
+                                     credentials=credentials, auth_token=auth_token)
+        extras = [word for word, on in (("TLS", credentials is not None), ("token required", bool(auth_token))) if on]
+        print(f"speech server listening on {server.address}" + (f" ({', '.join(extras)})" if extras else ""),
+              flush=True)
         try:
             while not stop.wait(0.5):
                 if parent and os.getppid() != parent:
@@ -256,8 +267,37 @@ def main(argv: list[str] | None = None) -> int:
         "--general-alongside-hints", action="store_true",
         help="decode streams with phrase hints beside the general model too (open speech heard better; more CPU)",
     )
+    parser.add_argument("--tls-cert", help="serve TLS with this PEM certificate (chain)")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-client-ca", help="require client certificates signed by this PEM CA (mutual TLS)")
+    parser.add_argument("--auth-token-env", metavar="NAME",
+                        help="require 'authorization: Bearer <token>' on every RPC, the token read from "
+                             "environment variable NAME")
+    parser.add_argument("--auth-token-file", metavar="FILE", help="... or from FILE")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    return run(args.listen, args.max_workers, args.decode_processes, args.general_alongside_hints)
+    if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_client_ca and not args.tls_cert):
+        parser.error("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
+    credentials = None
+    if args.tls_cert:
+        try:
+            credentials = server_credentials(args.tls_cert, args.tls_key, args.tls_client_ca)
+        except OSError as exc:
+            parser.error(f"cannot read TLS files: {exc}")
+    token = None
+    if args.auth_token_env:
+        token = os.environ.get(args.auth_token_env, "").strip()
+        if not token:
+            parser.error(f"--auth-token-env: environment variable {args.auth_token_env} is not set")
+    elif args.auth_token_file:
+        try:
+            with open(args.auth_token_file, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError as exc:
+            parser.error(f"--auth-token-file: {exc}")
+        if not token:
+            parser.error(f"--auth-token-file: {args.auth_token_file} is empty")
+    return run(args.listen, args.max_workers, args.decode_processes, args.general_alongside_hints,
+               credentials=credentials, auth_token=token)

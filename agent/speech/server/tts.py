@@ -15,6 +15,7 @@ from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
 from agent.speech.server import flite
 from agent.speech.server.rpc import LANGUAGE_CODE, ConfigError, abort, check_language
+from agent.speech.voices import RIVA_VOICES, flite_voice, riva_name
 from media import convert
 
 TTS_SERVICE_NAME = "nvidia.riva.tts.RivaSpeechSynthesis"
@@ -24,7 +25,6 @@ TTS_MIN_RATE_HZ = 8000
 TTS_MAX_RATE_HZ = 48000
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?;:])\s+|\n+")
-_RIVA_VOICE = re.compile(r"^English-US([.\-_].*)?$")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -33,16 +33,14 @@ def split_sentences(text: str) -> list[str]:
 
 
 def resolve_voice(voice_name: str) -> str:
-    """Map a Riva ``voice_name`` to a flite voice; raise :class:`ConfigError` if unknown."""
-    if not voice_name:
-        return flite.DEFAULT_VOICE
-    if voice_name in flite.VOICES:
-        return voice_name
-    if _RIVA_VOICE.match(voice_name):
-        return flite.DEFAULT_VOICE
-    raise ConfigError(
-        f"voice_name {voice_name!r} is not available; use one of {', '.join(flite.VOICES)} or English-US.*"
-    )
+    """Map a Riva ``voice_name`` (or a flite one) to a flite voice; raise :class:`ConfigError` if unknown."""
+    voice = flite_voice(voice_name)
+    if voice is None:
+        raise ConfigError(
+            f"voice_name {voice_name!r} is not available; use one of {', '.join(RIVA_VOICES)} "
+            f"(or English-US.*, or a flite voice: {', '.join(flite.VOICES)})"
+        )
+    return voice
 
 
 @dataclass(frozen=True)
@@ -141,6 +139,7 @@ class RivaTtsServicer(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
                 continue
             cfg = response.model_config.add(model_name=model_name)
             cfg.parameters["language_code"] = LANGUAGE_CODE
-            cfg.parameters["voice_name"] = voice
+            cfg.parameters["voice_name"] = riva_name(voice)
+            cfg.parameters["flite_voice"] = voice
             cfg.parameters["sample_rate"] = "8000" if voice == "kal" else "16000"
         return response
