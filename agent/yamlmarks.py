@@ -6,9 +6,12 @@ dataclasses; errors name ``file:line:column`` and what was expected.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import os
 from typing import Any
 
 import yaml
+
+from agent.secrets import SecretError, is_secret_tag, resolve_tagged
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,11 @@ def _convert(node: yaml.Node, path: str) -> Node:
         return n
     if isinstance(node, yaml.SequenceNode):
         return Node([_convert(v, path) for v in node.value], mark)
+    if is_secret_tag(node.tag):
+        try:
+            return Node(resolve_tagged(node.tag, node.value, os.path.dirname(os.path.abspath(path))), mark)
+        except SecretError as e:
+            raise ConfigError([(mark, str(e))]) from None
     loader = yaml.SafeLoader("")
     return Node(loader.construct_object(node), mark)
 

@@ -96,7 +96,10 @@ def main_supervise(args: Any) -> int:
 
     observer = jsonFileLogObserver(sys.stdout) if args.log_format == "json" else textFileLogObserver(sys.stdout)
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    globalLogBeginner.beginLoggingTo([FilteringLogObserver(observer, [predicate])], redirectStandardIO=False)
+    from agent.secrets import redact_log_event
+
+    redacting = FilteringLogObserver(observer, [predicate])
+    globalLogBeginner.beginLoggingTo([lambda event: redacting(redact_log_event(event))], redirectStandardIO=False)
 
     from twisted.internet import reactor
 
@@ -108,7 +111,7 @@ def main_supervise(args: Any) -> int:
             reactor.stop()
 
     sup.on_done = done
-    root = supervisor_site_root(sup)
+    root = supervisor_site_root(sup, config.admin.token)
 
     def failed(failure: Any) -> None:
         log.failure("supervisor failed to start", failure)
