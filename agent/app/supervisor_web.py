@@ -8,6 +8,8 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from agent.app.control_plane import refuse_admin
+
 if TYPE_CHECKING:
     from agent.app.supervisor import Supervisor
 
@@ -53,20 +55,23 @@ class HealthPage(Resource):
 
 
 class AdminPage(Resource):
-    """``POST /admin/drain`` (the node) and ``POST /admin/workers/I/drain`` (one worker); loopback only."""
+    """``POST /admin/drain`` (the node) and ``POST /admin/workers/I/drain`` (one worker).
+
+    Bearer token required (agent/app/control_plane.py); from loopback only unless the supervisor's
+    listener itself is on loopback.
+    """
 
     isLeaf = True
 
-    def __init__(self, sup: "Supervisor") -> None:
+    def __init__(self, sup: "Supervisor", token: str = "") -> None:
         super().__init__()
         self._sup = sup
+        self._token = token
 
     def render_POST(self, request: Any) -> bytes:  # noqa: N802
-        request.setHeader(b"content-type", b"application/json")
-        peer = str(getattr(request.getClientAddress(), "host", ""))
-        if not (peer.startswith("127.") or peer == "::1"):
-            request.setResponseCode(403)
-            return b'{"error": "admin commands are accepted from loopback only"}\n'
+        refused = refuse_admin(request, self._token, loopback_only=not self._sup.settings.metrics_host.startswith("127."))
+        if refused is not None:
+            return refused
         path = [p.decode() for p in request.postpath if p]
         if path == ["drain"]:
             self._sup.reactor.callLater(0, self._sup.drain)
@@ -80,10 +85,10 @@ class AdminPage(Resource):
 
 
 
-def supervisor_site_root(sup: "Supervisor") -> Resource:
+def supervisor_site_root(sup: "Supervisor", admin_token: str = "") -> Resource:
     """The resource tree the supervisor serves on its metrics port."""
     root = Resource()
     root.putChild(b"metrics", MetricsPage(sup))
     root.putChild(b"healthz", HealthPage(sup))
-    root.putChild(b"admin", AdminPage(sup))
+    root.putChild(b"admin", AdminPage(sup, admin_token))
     return root
