@@ -23,12 +23,15 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from agent.app.admission import Admitted, flow_needs, source_ip
+from agent.app.call_journal import ServerJournals
 from agent.app.call_records import append_record
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
 from agent.app.prompt_cache import PromptAudioCache
 from agent.app.speech_process import SpeechServerProcess
+from agent.app.control_plane import listen_pages
 from agent.app.web import Admin, Health
+from agent.secrets import redact_value
 from agent.dialplan import semantic
 from agent.dialplan.asks import _matcher
 from agent.dialplan.engine import DialogueSession
@@ -98,6 +101,8 @@ class AgentServer:
         self.drain_timeout_s: float | None = None
         self._drain_timer: Any = None
         self._goodbye_timer: Any = None
+        #: running calls' records, journaled turn by turn (set up by start(), once worker_id is known)
+        self.journals = ServerJournals("", None)
 
     @property
     def dialplan(self) -> Dialplan:
@@ -162,6 +167,8 @@ class AgentServer:
         yield self.warm_prompt_cache()
         yield matchers_ready
         self.store.watch(1.0)
+        self.journals = ServerJournals(self.config.call_records, self.worker_id)
+        self.journals.recover(self._write_record)
         self._start_web()
         self._start_sip()
         self.ready = True
@@ -214,17 +221,15 @@ class AgentServer:
     def _start_web(self) -> None:
         from prometheus_client.twisted import MetricsResource
 
-        root = Resource()
-        root.putChild(b"metrics", MetricsResource(registry=self.metrics.registry))
-        root.putChild(b"healthz", Health(self))
-        root.putChild(b"admin", Admin(self))
+        pages: dict[str, Resource] = {"metrics": MetricsResource(registry=self.metrics.registry),
+                                      "healthz": Health(self), "admin": Admin(self)}
         if self.selector is not None:
-            root.putChild(b"regions", RegionsResource(
+            pages["regions"] = RegionsResource(
                 self.selector, self.reactor.seconds,
                 calls_on=lambda region: [cid for cid, s in self.sessions.items()
-                                         if s.info.region == region]))
-        self.web_port = self.reactor.listenTCP(self.config.metrics.port, Site(root),
-                                               interface=self.config.metrics.host)
+                                         if s.info.region == region])
+        self.web_ports = listen_pages(self.reactor, self.config, pages)
+        self.web_port = self.web_ports[0]
 
     def _check_speech(self) -> None:
         if self.speech is None:
@@ -248,8 +253,8 @@ class AgentServer:
             self.prober.stop()
         self.pool.close()
         ds = []
-        if self.web_port is not None:
-            ds.append(defer.maybeDeferred(self.web_port.stopListening))
+        for port in getattr(self, "web_ports", [self.web_port] if self.web_port is not None else []):
+            ds.append(defer.maybeDeferred(port.stopListening))
         if self._speech_transport is not None and self._speech_proc is not None:
             try:
                 self._speech_transport.signalProcess("TERM")
@@ -461,6 +466,9 @@ class AgentServer:
                               recordings_dir=self.config.recordings_dir,
                               model=self._model_for(selection), info=info)
         self.sessions[cid] = session
+        self.journals.call_answered(session, {"caller": info.caller, "called": info.called, "flow": info.flow,
+                                              "region": info.region, "dialplan": info.dialplan_digest[:12],
+                                              "worker": self.worker_id})
         self.metrics.active_calls.inc()
         self.metrics.calls.labels("answered").inc()
         started = {"done": False}
@@ -470,6 +478,7 @@ class AgentServer:
             if not started["done"]:
                 started["done"] = True
                 log.info("call {call_id} media active ({codec})", call_id=cid, codec=call.codec)
+                self.journals.state(cid, "media_active", codec=call.codec)
                 session.start(narrowband=call.codec.upper() in ("PCMU", "PCMA"))
 
         call.callbacks.on_media_active = media_active
@@ -477,6 +486,7 @@ class AgentServer:
         call.callbacks.on_transfer_status = session.on_transfer_status
 
         def disconnected(code: int, reason: str) -> None:
+            self.journals.state(cid, "disconnected", code=code, reason=reason)
             session.close(f"disconnected {code} {reason}".strip())
             leg = control.leg
             if leg is not None and not leg.disconnected:
@@ -518,11 +528,12 @@ class AgentServer:
         if self.worker_id is not None:
             record["worker"] = self.worker_id
         self._write_record(record)
+        self.journals.call_recorded(session.call_id)
         if self.draining or self.ending_calls:
             self.reactor.callLater(0, self._check_idle)
 
     def _write_record(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True)
+        line = json.dumps(redact_value(record), sort_keys=True)
         log.info("call {call_id} record {record}", call_id=record["call_id"], record=line)
         if self.config.call_records:
             append_record(line, record["call_id"], self.config.call_records, self.worker_id)
