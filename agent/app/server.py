@@ -25,6 +25,7 @@ from twisted.web.server import Site
 from agent.app.admission import Admitted, flow_needs, source_ip
 from agent.app.call_journal import ServerJournals
 from agent.app.call_records import append_record
+from agent.app.retention import RecordingRetention
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
 from agent.app.prompt_cache import PromptAudioCache
@@ -169,6 +170,10 @@ class AgentServer:
         self.store.watch(1.0)
         self.journals = ServerJournals(self.config.call_records, self.worker_id)
         self.journals.recover(self._write_record)
+        self.retention = RecordingRetention(self.reactor, self.config.recordings_dir, self.config.recordings_retention,
+                                            in_use=lambda: [p for s in self.sessions.values()
+                                                            if (p := s.recorder.current_path)])
+        self.retention.start()
         self._start_web()
         self._start_sip()
         self.ready = True
@@ -249,6 +254,8 @@ class AgentServer:
             self.stack = None
         if self._health_loop is not None and self._health_loop.running:
             self._health_loop.stop()
+        if getattr(self, "retention", None) is not None:
+            self.retention.stop()
         if self.prober is not None:
             self.prober.stop()
         self.pool.close()
