@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from agent.secrets import SecretError, is_secret_tag, resolve_tagged
+from agent.secrets import SecretError, is_secret_tag, redact, resolve_tagged
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class ConfigError(ValueError):
     def __init__(self, errors: list[tuple[Mark, str]]) -> None:
         errors = sorted(errors, key=lambda e: (e[0].path, e[0].line, e[0].column))
         self.errors = errors
-        super().__init__("\n".join(f"{mark}: {msg}" for mark, msg in errors))
+        # A secret (!env/!file) put where it does not belong must not be quoted back.
+        super().__init__(redact("\n".join(f"{mark}: {msg}" for mark, msg in errors)))
 
 
 class Node:

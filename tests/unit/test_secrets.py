@@ -112,3 +112,12 @@ def test_redact_value_and_log_events_walk_nested_values() -> None:
     event = {"log_format": "webhook {url}", "url": "https://h/x?q=1", "log_namespace": "x", "n": 1}
     assert redact_log_event(event)["url"] == f"https://h/x?{MASK}"
     assert event["url"] == "https://h/x?q=1", "the original event is left as it was"
+
+
+def test_a_secret_in_the_wrong_place_is_not_quoted_in_the_error(tmp_path, monkeypatch) -> None:
+    """A config error about a value read from !env names the place, not the value."""
+    monkeypatch.setenv("OC_TEST_MISPLACED", "misplaced-secret-77")
+    path = _write(str(tmp_path / "c.yaml"), "sip:\n  codecs: [!env OC_TEST_MISPLACED]\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "unknown codec" in str(e.value) and "misplaced-secret-77" not in str(e.value)
