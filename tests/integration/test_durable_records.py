@@ -259,3 +259,37 @@ def test_sockets_listen_on_loopback_by_default(tmp_path) -> None:
         assert mine == ["0100007F:" + port_hex], f"metrics listener bound to {mine}, expected 127.0.0.1 only"
     finally:
         assert stop_agent(agent) == 0
+
+
+def test_own_listeners_for_status_and_admin_and_recordings_retention(tmp_path) -> None:
+    """status and admin on their own ports (absent from the metrics port); old recordings removed at start."""
+    import socket as socketlib
+
+    recordings = tmp_path / "recordings"
+    recordings.mkdir()
+    old, new = recordings / "old.wav", recordings / "new.wav"
+    for f in (old, new):
+        f.write_bytes(b"RIFF" + b"\0" * 100)
+    month_ago = time.time() - 31 * 86400
+    os.utime(old, (month_ago, month_ago))
+    status_port, admin_port = free_port(socketlib.SOCK_STREAM), free_port(socketlib.SOCK_STREAM)
+    (tmp_path / "config.yaml").write_text(f"""\
+status: {{host: 127.0.0.1, port: {status_port}}}
+admin: {{token: tok-0123456789, port: {admin_port}}}
+recordings_dir: {recordings}
+recordings_retention: {{max_age_days: 30}}
+""")
+    agent = start_agent(str(tmp_path), "--config", str(tmp_path / "config.yaml"))
+    try:
+        metrics = f"http://127.0.0.1:{agent.metrics_port}"
+        assert _http(f"{metrics}/metrics")[0] == 200
+        assert _http(f"{metrics}/healthz")[0] == 404 and _http(f"{metrics}/admin/drain", "POST")[0] == 404
+        assert _http(f"http://127.0.0.1:{status_port}/healthz")[0] == 200
+        assert _http(f"http://127.0.0.1:{status_port}/regions")[0] == 200
+        assert _http(f"http://127.0.0.1:{status_port}/metrics")[0] == 404
+        assert _http(f"http://127.0.0.1:{admin_port}/admin/end-calls", "POST")[0] == 401
+        assert _http(f"http://127.0.0.1:{admin_port}/admin/end-calls", "POST", token="tok-0123456789")[0] == 200
+        agent.wait_for(lambda: not old.exists(), 10.0, "the month-old recording to be removed")
+        assert new.exists()
+    finally:
+        assert stop_agent(agent) == 0
