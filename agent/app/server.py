@@ -25,14 +25,13 @@ from twisted.web.server import Site
 from agent.app.admission import Admitted, flow_needs, source_ip
 from agent.app.call_journal import ServerJournals
 from agent.app.call_records import append_record
-from agent.app.retention import RecordingRetention
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
-from agent.app.prompt_cache import PromptAudioCache
-from agent.app.speech_process import SpeechServerProcess
 from agent.app.control_plane import listen_pages
+from agent.app.prompt_cache import PromptAudioCache
+from agent.app.retention import RecordingRetention
+from agent.app.speech_process import SpeechServerProcess
 from agent.app.web import Admin, Health
-from agent.secrets import redact_value
 from agent.dialplan import semantic
 from agent.dialplan.asks import _matcher
 from agent.dialplan.engine import DialogueSession
@@ -47,6 +46,7 @@ from agent.integrations.model import ask_model
 from agent.regions.probe import RegionProber
 from agent.regions.selector import HealthPolicy, NoRegion, RegionSelector, RegionSpec, Selection, SelectionPolicy
 from agent.regions.web import RegionsResource, register_region_metrics
+from agent.secrets import redact_value
 from agent.speech.failover import FailoverSettings, RegionalSpeech, SpeechClientPool
 from media.vad import VadConfig
 from sip.message import SipRequest
@@ -104,6 +104,8 @@ class AgentServer:
         self._goodbye_timer: Any = None
         #: running calls' records, journaled turn by turn (set up by start(), once worker_id is known)
         self.journals = ServerJournals("", None)
+        self.retention: RecordingRetention | None = None
+        self.web_ports: list[Any] = []
 
     @property
     def dialplan(self) -> Dialplan:
@@ -254,13 +256,13 @@ class AgentServer:
             self.stack = None
         if self._health_loop is not None and self._health_loop.running:
             self._health_loop.stop()
-        if getattr(self, "retention", None) is not None:
+        if self.retention is not None:
             self.retention.stop()
         if self.prober is not None:
             self.prober.stop()
         self.pool.close()
         ds = []
-        for port in getattr(self, "web_ports", [self.web_port] if self.web_port is not None else []):
+        for port in self.web_ports:
             ds.append(defer.maybeDeferred(port.stopListening))
         if self._speech_transport is not None and self._speech_proc is not None:
             try:
