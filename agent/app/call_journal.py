@@ -246,8 +246,8 @@ def recover_journals(directory: str, recorded_since: Callable[[float], set[str]]
             log.error("journal {path} cannot be read: {err}", path=path, err=e)
             continue
         if record is not None and recorded is None:
-            oldest = min(os.path.getmtime(os.path.join(directory, n)) for n in names
-                         if os.path.exists(os.path.join(directory, n)))
+            oldest = min((os.path.getmtime(os.path.join(directory, n)) for n in names
+                          if os.path.exists(os.path.join(directory, n))), default=time.time())
             recorded = recorded_since(oldest - 1.0)
         if record is not None and record["call_id"] not in (recorded or set()):
             write_record(record)
