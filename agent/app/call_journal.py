@@ -52,8 +52,9 @@ class CallJournals:
         self.directory = directory
         self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="call-journal")
         self._last_write: Future[None] | None = None
-        #: lines that could not be written (a full or failing disk): each is logged once
+        #: lines that could not be written (a full or failing disk): the first and every 100th are logged
         self.failures = 0
+        self.on_write_error: Callable[[], None] | None = None
 
     def open(self, call_id: str, header: dict[str, Any]) -> "CallJournal":
         path = os.path.join(self.directory, _file_name(call_id))
@@ -133,6 +134,8 @@ class CallJournal:
             os.fsync(self._file.fileno())
         except OSError as e:
             self._journals.failures += 1
+            if self._journals.on_write_error is not None:
+                self._journals.on_write_error()
             if self._journals.failures == 1 or self._journals.failures % 100 == 0:
                 log.error("call {call_id} journal not written to {path}: {err} ({n} lines lost so far)",
                           call_id=self.call_id, path=self.path, err=e, n=self._journals.failures)
@@ -287,18 +290,35 @@ def recorded_call_ids(call_records: str, since_s: float) -> set[str]:
 
 
 class ServerJournals:
-    """What the server does with journals: recover at start, open one per answered call, end it."""
+    """What the server does with journals: recover at start, open one per answered call, end it.
 
-    def __init__(self, call_records: str, worker_id: int | None) -> None:
+    With a Prometheus *registry*: ``openclaw_call_records_recovered_total`` (records completed
+    from a crashed process's journals) and ``openclaw_call_journal_write_errors_total``.
+    """
+
+    def __init__(self, call_records: str, worker_id: int | None, registry: Any = None) -> None:
         self.call_records = call_records
         self.journals = CallJournals(journal_dir(call_records, worker_id)) if call_records else None
         self._open: dict[str, CallJournal] = {}
+        self._recovered: Any = None
+        if registry is not None and self.journals is not None:
+            from prometheus_client import Counter
+
+            self._recovered = Counter("openclaw_call_records_recovered_total",
+                                      "Call records completed from the journals of a crashed process",
+                                      registry=registry)
+            self.journals.on_write_error = Counter("openclaw_call_journal_write_errors_total",
+                                                   "Journal lines of running calls that could not be written",
+                                                   registry=registry).inc
 
     def recover(self, write_record: Callable[[dict[str, Any]], None]) -> int:
         if self.journals is None:
             return 0
-        return recover_journals(self.journals.directory, lambda since: recorded_call_ids(self.call_records, since),
-                                write_record)
+        n = recover_journals(self.journals.directory, lambda since: recorded_call_ids(self.call_records, since),
+                             write_record)
+        if self._recovered is not None and n:
+            self._recovered.inc(n)
+        return n
 
     def call_answered(self, session: Any, header: dict[str, Any]) -> None:
         """Open the call's journal and have the session report its progress to it."""

@@ -170,7 +170,7 @@ class AgentServer:
         yield self.warm_prompt_cache()
         yield matchers_ready
         self.store.watch(1.0)
-        self.journals = ServerJournals(self.config.call_records, self.worker_id)
+        self.journals = ServerJournals(self.config.call_records, self.worker_id, self.metrics.registry)
         self.journals.recover(self._write_record)
         self.retention = RecordingRetention(self.reactor, self.config.recordings_dir, self.config.recordings_retention,
                                             in_use=lambda: [p for s in self.sessions.values()

@@ -84,9 +84,13 @@ def test_recovery_writes_crashed_records_once_and_removes_journals(tmp_path) -> 
     # "b" had its full record written just before the crash.
     with open(records, "w", encoding="utf-8") as f:
         f.write(json.dumps({"call_id": "b", "end_reason": "caller hung up"}) + "\n")
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
     written: list[dict] = []
-    server = ServerJournals(records, None)
+    server = ServerJournals(records, None, registry)
     assert server.recover(written.append) == 1
+    assert registry.get_sample_value("openclaw_call_records_recovered_total") == 1.0
     assert [(r["call_id"], r["end_reason"], r["turns"][0]["caller"]) for r in written] == [("a", "crashed", "a")]
     assert os.listdir(journals.directory) == []
 
@@ -112,3 +116,19 @@ def test_journal_lines_are_redacted(tmp_path) -> None:
     journals.flush()
     with open(journal.path, encoding="utf-8") as f:
         assert "token=zz" not in f.read()
+
+
+def test_recoveries_and_write_errors_are_counted(tmp_path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    server = ServerJournals(str(tmp_path / "calls"), 3, registry)
+    assert server.journals is not None and server.journals.directory.endswith(os.path.join("journal", "w3"))
+    os.makedirs(os.path.dirname(server.journals.directory), exist_ok=True)
+    with open(server.journals.directory, "w") as f:     # the journal folder cannot be made
+        f.write("")
+    journal = server.journals.open("c9", {})
+    journal.progress([Turn(started_at=0.0, caller_text="x")], ())
+    server.journals.flush()
+    assert registry.get_sample_value("openclaw_call_journal_write_errors_total") == 2.0
+    assert registry.get_sample_value("openclaw_call_records_recovered_total") == 0.0
