@@ -8,8 +8,6 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
-from agent.app.control_plane import refuse_admin
-
 if TYPE_CHECKING:
     from agent.app.supervisor import Supervisor
 
@@ -57,21 +55,17 @@ class HealthPage(Resource):
 class AdminPage(Resource):
     """``POST /admin/drain`` (the node) and ``POST /admin/workers/I/drain`` (one worker).
 
-    Bearer token required (agent/app/control_plane.py); from loopback only unless the supervisor's
-    listener itself is on loopback.
+    The bearer check is agent/app/control_plane.py's, around this resource.
     """
 
     isLeaf = True
 
-    def __init__(self, sup: "Supervisor", token: str = "") -> None:
+    def __init__(self, sup: "Supervisor") -> None:
         super().__init__()
         self._sup = sup
-        self._token = token
 
     def render_POST(self, request: Any) -> bytes:  # noqa: N802
-        refused = refuse_admin(request, self._token, loopback_only=not self._sup.settings.metrics_host.startswith("127."))
-        if refused is not None:
-            return refused
+        request.setHeader(b"content-type", b"application/json")
         path = [p.decode() for p in request.postpath if p]
         if path == ["drain"]:
             self._sup.reactor.callLater(0, self._sup.drain)
@@ -85,10 +79,6 @@ class AdminPage(Resource):
 
 
 
-def supervisor_site_root(sup: "Supervisor", admin_token: str = "") -> Resource:
-    """The resource tree the supervisor serves on its metrics port."""
-    root = Resource()
-    root.putChild(b"metrics", MetricsPage(sup))
-    root.putChild(b"healthz", HealthPage(sup))
-    root.putChild(b"admin", AdminPage(sup, admin_token))
-    return root
+def supervisor_pages(sup: "Supervisor") -> dict[str, Resource]:
+    """The supervisor's pages, by name, for agent/app/control_plane.py's listen_pages."""
+    return {"metrics": MetricsPage(sup), "healthz": HealthPage(sup), "admin": AdminPage(sup)}
