@@ -30,8 +30,9 @@ FILE_TAG = "!file"
 MAX_SECRET_FILE_BYTES = 64 * 1024
 #: what a removed secret becomes
 MASK = "***"
-#: values shorter than this are not remembered for redaction (they would mask ordinary words)
-MIN_REMEMBERED_LENGTH = 4
+#: values shorter than this are not remembered for redaction: they would mask ordinary words and
+#: numbers in records (a password "1000" and the extension 1000)
+MIN_REMEMBERED_LENGTH = 8
 #: header names whose values are always masked in logs and records
 SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key",
                                "api-key", "x-auth-token", "x-access-token"})

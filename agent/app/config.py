@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from agent.secrets import remember_secret
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.registration import RegistrationConfig
 
@@ -265,7 +266,7 @@ def _region(item: Node, where: str, errors: list[tuple[Mark, str]]) -> RegionSet
 def load_config(path: str | None) -> ServerConfig:
     """Load *path* (None: all defaults). Raises :class:`ConfigError`."""
     if path is None:
-        return ServerConfig()
+        return ServerConfig(admin=AdminSettings(token=_env_admin_token()))
     root = load(path)
     errors: list[tuple[Mark, str]] = []
     top = _Reader(root, "config", errors)
@@ -288,8 +289,10 @@ def load_config(path: str | None) -> ServerConfig:
             aor = rr.get("aor", str, "")
             if not registrar or not aor:
                 errors.append((rr.node.mark, "config.sip.registration: expected both 'registrar' and 'aor' SIP URIs"))
+            password = rr.get("password", str, "")
+            remember_secret(password)
             reg = RegistrationConfig(registrar_uri=registrar, aor=aor, username=rr.get("username", str, ""),
-                                     password=rr.get("password", str, ""), realm=rr.get("realm", str, "*"),
+                                     password=password, realm=rr.get("realm", str, "*"),
                                      expires_s=rr.get("expires_s", int, 300, _positive))
         sip = SipSettings(
             host=r.get("host", str, sip.host), port=r.get("port", int, sip.port, _port),
@@ -383,17 +386,24 @@ def load_config(path: str | None) -> ServerConfig:
                         status=status, admin=admin, recordings_retention=retention)
 
 
+def _env_admin_token() -> str:
+    token = os.environ.get("OPENCLAW_ADMIN_TOKEN", "")
+    remember_secret(token)     # masked wherever it might appear (agent/secrets.py)
+    return token
+
+
 def _control_plane(top: _Reader) -> tuple[StatusSettings, AdminSettings, RetentionSettings]:
     """The ``status``, ``admin`` and ``recordings_retention`` sections."""
     status = StatusSettings()
     if (r := top.sub("status")) is not None:
         r.check_keys(("host", "port"))
         status = StatusSettings(host=r.get("host", str, status.host), port=r.get("port", int, None, _port))
-    admin = AdminSettings(token=os.environ.get("OPENCLAW_ADMIN_TOKEN", ""))
+    admin = AdminSettings(token=_env_admin_token())
     if (r := top.sub("admin")) is not None:
         r.check_keys(("token", "host", "port"))
         admin = AdminSettings(token=r.get("token", str, admin.token), host=r.get("host", str, admin.host),
                               port=r.get("port", int, None, _port))
+        remember_secret(admin.token)
     retention = RetentionSettings()
     if (r := top.sub("recordings_retention")) is not None:
         r.check_keys(("max_age_days", "max_total_mb", "check_interval_s"))

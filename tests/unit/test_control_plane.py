@@ -102,3 +102,15 @@ def test_metrics_status_and_admin_each_on_their_own_address() -> None:
                      admin=AdminSettings(token=TOKEN, host="127.0.0.1", port=9101))
     assert _listened(config) == {("0.0.0.0", 9100): {b"metrics"}, ("10.0.0.5", 8080): {b"healthz", b"regions"},
                                  ("127.0.0.1", 9101): {b"admin"}}
+
+
+def test_the_admin_token_comes_from_the_environment_with_or_without_a_config(tmp_path, monkeypatch) -> None:
+    from agent.app.config import load_config
+
+    monkeypatch.setenv("OPENCLAW_ADMIN_TOKEN", TOKEN)
+    assert load_config(None).admin.token == TOKEN
+    path = tmp_path / "c.yaml"
+    path.write_text("sip: {port: 5070}\n")
+    assert load_config(str(path)).admin.token == TOKEN
+    path.write_text("admin: {token: other-token-value}\n")
+    assert load_config(str(path)).admin.token == "other-token-value"

@@ -121,3 +121,14 @@ def test_a_secret_in_the_wrong_place_is_not_quoted_in_the_error(tmp_path, monkey
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert "unknown codec" in str(e.value) and "misplaced-secret-77" not in str(e.value)
+
+
+def test_plain_trunk_password_and_admin_token_are_masked_too(tmp_path) -> None:
+    """Secrets written in the YAML itself (not through !env/!file) are still secrets."""
+    path = _write(str(tmp_path / "c.yaml"), """\
+        sip:
+          registration: {registrar: "sip:r.example", aor: "sip:a@r.example", password: plain-trunk-pw-99}
+        admin: {token: plain-admin-token-42}
+        """)
+    load_config(path)
+    assert redact("pw plain-trunk-pw-99 tok plain-admin-token-42") == f"pw {MASK} tok {MASK}"
