@@ -293,3 +293,26 @@ recordings_retention: {{max_age_days: 30}}
         assert new.exists()
     finally:
         assert stop_agent(agent) == 0
+
+
+def test_supervisor_admin_needs_the_token_and_then_replaces_a_worker(tmp_path) -> None:
+    """The supervisor's /admin (serve --workers 2): 401 without the token; with it, worker 0 is
+    drained and replaced (the documented rolling restart)."""
+    from tests.integration.test_workers import start_node, stop_node
+
+    token = "node-admin-token-4567"
+    node = start_node(str(tmp_path), env={"OPENCLAW_ADMIN_TOKEN": token})
+    try:
+        url = f"http://127.0.0.1:{node.metrics_port}/admin/workers/0/drain"
+        before = node.health()["workers"][0]["pid"]
+        status, headers, _ = _http(url, "POST")
+        assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Bearer")
+        time.sleep(1.0)
+        assert node.health()["workers"][0]["pid"] == before, "nothing happened without the token"
+        status, _, body = _http(url, "POST", token=token)
+        assert status == 200 and '"started": true' in body, body
+        node.wait_for(lambda: (lambda w: w["status"] == "ready" and w["pid"] != before)(node.health()["workers"][0]),
+                      60, "worker 0 replaced")
+        assert token not in node.log()
+    finally:
+        assert stop_node(node) == 0
