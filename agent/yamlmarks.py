@@ -6,9 +6,12 @@ dataclasses; errors name ``file:line:column`` and what was expected.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import os
 from typing import Any
 
 import yaml
+
+from agent.secrets import SecretError, is_secret_tag, redact, resolve_tagged
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,8 @@ class ConfigError(ValueError):
     def __init__(self, errors: list[tuple[Mark, str]]) -> None:
         errors = sorted(errors, key=lambda e: (e[0].path, e[0].line, e[0].column))
         self.errors = errors
-        super().__init__("\n".join(f"{mark}: {msg}" for mark, msg in errors))
+        # A secret (!env/!file) put where it does not belong must not be quoted back.
+        super().__init__(redact("\n".join(f"{mark}: {msg}" for mark, msg in errors)))
 
 
 class Node:
@@ -80,6 +84,11 @@ def _convert(node: yaml.Node, path: str) -> Node:
         return n
     if isinstance(node, yaml.SequenceNode):
         return Node([_convert(v, path) for v in node.value], mark)
+    if is_secret_tag(node.tag):
+        try:
+            return Node(resolve_tagged(node.tag, node.value, os.path.dirname(os.path.abspath(path))), mark)
+        except SecretError as e:
+            raise ConfigError([(mark, str(e))]) from None
     loader = yaml.SafeLoader("")
     return Node(loader.construct_object(node), mark)
 

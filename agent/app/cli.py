@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dialplan", action="append", help="dialplan file (repeatable; default dialplans/default.yaml)")
     s.add_argument("--call-records", help="JSON-lines file of call records ('' to only log them)")
     s.add_argument("--log-format", choices=("text", "json"), default="text")
-    s.add_argument("--metrics-host", help="address of /metrics and /healthz (default 0.0.0.0)")
+    s.add_argument("--metrics-host", help="address of /metrics and /healthz (default 127.0.0.1, or metrics.host of the config)")
     s.add_argument("--rtp-port", type=int, help="first RTP port (default 4000)")
     s.add_argument("--rtp-port-range", type=int, help="how many RTP ports from --rtp-port (default 200)")
     s.add_argument("--drain-timeout", type=float, default=None, metavar="S",

@@ -19,6 +19,7 @@ from agent.regions.selector import SelectionPolicy
 from agent.speech.api import SpeechConnection
 from agent.speech.failover_core import FailoverSettings
 from agent.speech.voices import DEFAULT_VOICE
+from agent.secrets import remember_secret
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.registration import RegistrationConfig
 
@@ -133,8 +134,37 @@ class EndpointingSettings:
 
 @dataclass(frozen=True)
 class MetricsSettings:
-    host: str = "0.0.0.0"
+    """The HTTP listener of ``/metrics`` (and of ``/healthz``, ``/regions``, ``/admin`` unless they have their own)."""
+
+    host: str = "127.0.0.1"
     port: int = 9464
+
+
+@dataclass(frozen=True)
+class StatusSettings:
+    """An own listener for ``/healthz`` and ``/regions`` (port None: on the metrics listener)."""
+
+    host: str = "127.0.0.1"
+    port: int | None = None
+
+
+@dataclass(frozen=True)
+class AdminSettings:
+    """``/admin/*``: the bearer token it requires, and an own listener (port None: on the metrics one)."""
+
+    #: "" : no token configured, every admin request is refused (set it with !env or !file)
+    token: str = ""
+    host: str = "127.0.0.1"
+    port: int | None = None
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """How long recordings (``recordings_dir``) are kept: by age and by total size (0: no limit)."""
+
+    max_age_days: float = 0.0
+    max_total_mb: float = 0.0
+    check_interval_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -158,6 +188,9 @@ class ServerConfig:
     http: TlsSettings = field(default_factory=TlsSettings)
     #: the dialogue model (model steps): URL, API key, model name, sampling
     dialogue: ChatSettings = field(default_factory=ChatSettings)
+    status: StatusSettings = field(default_factory=StatusSettings)
+    admin: AdminSettings = field(default_factory=AdminSettings)
+    recordings_retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     def with_overrides(self, **sip: Any) -> "ServerConfig":
         return replace(self, sip=replace(self.sip, **{k: v for k, v in sip.items() if v is not None}))
@@ -310,12 +343,13 @@ def _dialogue_settings(r: "_Reader | None", base: str, errors: list[tuple[Mark, 
 def load_config(path: str | None) -> ServerConfig:
     """Load *path* (None: all defaults). Raises :class:`ConfigError`."""
     if path is None:
-        return ServerConfig()
+        return ServerConfig(admin=AdminSettings(token=_env_admin_token()))
     root = load(path)
     errors: list[tuple[Mark, str]] = []
     top = _Reader(root, "config", errors)
     top.check_keys(("sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
-                    "recordings_dir", "variables", "http", "dialogue"))
+                    "recordings_dir", "variables", "http", "dialogue", "status", "admin",
+                    "recordings_retention"))
     base = os.path.dirname(os.path.abspath(path))
 
     sip = SipSettings()
@@ -333,8 +367,10 @@ def load_config(path: str | None) -> ServerConfig:
             aor = rr.get("aor", str, "")
             if not registrar or not aor:
                 errors.append((rr.node.mark, "config.sip.registration: expected both 'registrar' and 'aor' SIP URIs"))
+            password = rr.get("password", str, "")
+            remember_secret(password)
             reg = RegistrationConfig(registrar_uri=registrar, aor=aor, username=rr.get("username", str, ""),
-                                     password=rr.get("password", str, ""), realm=rr.get("realm", str, "*"),
+                                     password=password, realm=rr.get("realm", str, "*"),
                                      expires_s=rr.get("expires_s", int, 300, _positive))
         sip = SipSettings(
             host=r.get("host", str, sip.host), port=r.get("port", int, sip.port, _port),
@@ -431,10 +467,48 @@ def load_config(path: str | None) -> ServerConfig:
     dialogue = _dialogue_settings(top.sub("dialogue"), base, errors)
     call_records = top.get("call_records", str, ServerConfig.call_records)
     recordings_dir = top.get("recordings_dir", str, ServerConfig.recordings_dir)
+    status, admin, retention = _control_plane(top)
     if errors:
         raise ConfigError(errors)
     return ServerConfig(sip=sip, media=media, speech=speech, metrics=metrics, endpointing=endpointing,
                         dialplans=dialplans,
                         transfer_uri=top.get("transfer_uri", str, ServerConfig.transfer_uri),
                         call_records=call_records, recordings_dir=recordings_dir, variables=variables,
-                        http=http, dialogue=dialogue)
+                        http=http, dialogue=dialogue, status=status, admin=admin, recordings_retention=retention)
+
+
+def _env_admin_token() -> str:
+    token = os.environ.get("OPENCLAW_ADMIN_TOKEN", "")
+    remember_secret(token)     # masked wherever it might appear (agent/secrets.py)
+    return token
+
+
+def _control_plane(top: _Reader) -> tuple[StatusSettings, AdminSettings, RetentionSettings]:
+    """The ``status``, ``admin`` and ``recordings_retention`` sections."""
+    status = StatusSettings()
+    if (r := top.sub("status")) is not None:
+        r.check_keys(("host", "port"))
+        status = StatusSettings(host=r.get("host", str, status.host), port=r.get("port", int, None, _port))
+    admin = AdminSettings(token=_env_admin_token())
+    if (r := top.sub("admin")) is not None:
+        r.check_keys(("token", "host", "port"))
+        admin = AdminSettings(token=r.get("token", str, admin.token), host=r.get("host", str, admin.host),
+                              port=r.get("port", int, None, _port))
+        remember_secret(admin.token)
+    retention = RetentionSettings()
+    if (r := top.sub("recordings_retention")) is not None:
+        r.check_keys(("max_age_days", "max_total_mb", "check_interval_s"))
+
+        def number(key: str, default: float) -> float:
+            n = r.values.get(key)
+            if n is None:
+                return default
+            if isinstance(n.value, bool) or not isinstance(n.value, (int, float)) or n.value < 0:
+                r.errors.append((n.mark, f"{r.where}.{key}: expected a number, 0 or more, got {n.value!r}"))
+                return default
+            return float(n.value)
+
+        retention = RetentionSettings(max_age_days=number("max_age_days", 0.0),
+                                      max_total_mb=number("max_total_mb", 0.0),
+                                      check_interval_s=max(1.0, number("check_interval_s", 3600.0)))
+    return status, admin, retention

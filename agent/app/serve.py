@@ -48,10 +48,17 @@ def main_serve(args: Any) -> int:
         config = replace(config, dialplans=tuple(args.dialplan))
     if args.call_records is not None:
         config = replace(config, call_records=args.call_records)
+    if getattr(args, "worker_id", None) is not None:
+        # A supervisor's worker serves every page on its own loopback port (the supervisor's
+        # listener is the node's); configured status/admin ports belong to the supervisor.
+        config = replace(config, status=replace(config.status, port=None), admin=replace(config.admin, port=None))
 
     observer = jsonFileLogObserver(sys.stdout) if args.log_format == "json" else textFileLogObserver(sys.stdout)
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    globalLogBeginner.beginLoggingTo([FilteringLogObserver(observer, [predicate])], redirectStandardIO=False)
+    from agent.secrets import redact_log_event
+
+    redacting = FilteringLogObserver(observer, [predicate])
+    globalLogBeginner.beginLoggingTo([lambda event: redacting(redact_log_event(event))], redirectStandardIO=False)
 
     from twisted.internet import reactor
 

@@ -22,13 +22,15 @@ from twisted.internet import defer, threads
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 from twisted.web.resource import Resource
-from twisted.web.server import Site
 
 from agent.app.admission import Admitted, flow_needs, flow_speech, source_ip
+from agent.app.call_journal import ServerJournals
 from agent.app.call_records import append_record
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
+from agent.app.control_plane import listen_pages
 from agent.app.prompt_cache import PromptAudioCache
+from agent.app.retention import RecordingRetention
 from agent.app.speech_process import SpeechServerProcess
 from agent.app.web import Admin, Health
 from agent.dialplan import semantic
@@ -50,6 +52,7 @@ from agent.regions.web import RegionsResource, register_region_metrics
 from agent.speech.client import SpeechClient
 from agent.speech.failover import RegionalSpeech, SpeechClientPool
 from agent.speech.voices import FLITE_VOICES
+from agent.secrets import redact_value
 from media.vad import VadConfig
 from sip.message import SipRequest
 from sip.pjsua import PJSUA_MAX_CALLS, Rejection, SipCall, SipConfig, SipStack
@@ -107,6 +110,10 @@ class AgentServer:
         self._drain_timer: Any = None
         self._goodbye_timer: Any = None
         self.reconciler: CallReconciler | None = None
+        #: running calls' records, journaled turn by turn (set up by start(), once worker_id is known)
+        self.journals = ServerJournals("", None)
+        self.retention: RecordingRetention | None = None
+        self.web_ports: list[Any] = []
 
     @property
     def dialplan(self) -> Dialplan:
@@ -189,6 +196,12 @@ class AgentServer:
         yield self.warm_prompt_cache()
         yield matchers_ready
         self.store.watch(1.0)
+        self.journals = ServerJournals(self.config.call_records, self.worker_id, self.metrics.registry)
+        self.journals.recover(self._write_record)
+        self.retention = RecordingRetention(self.reactor, self.config.recordings_dir, self.config.recordings_retention,
+                                            in_use=lambda: [p for s in self.sessions.values()
+                                                            if (p := s.recorder.current_path)])
+        self.retention.start()
         self._start_web()
         self._start_sip()
         self.ready = True
@@ -244,17 +257,15 @@ class AgentServer:
     def _start_web(self) -> None:
         from prometheus_client.twisted import MetricsResource
 
-        root = Resource()
-        root.putChild(b"metrics", MetricsResource(registry=self.metrics.registry))
-        root.putChild(b"healthz", Health(self))
-        root.putChild(b"admin", Admin(self))
+        pages: dict[str, Resource] = {"metrics": MetricsResource(registry=self.metrics.registry),
+                                      "healthz": Health(self), "admin": Admin(self)}
         if self.selector is not None:
-            root.putChild(b"regions", RegionsResource(
+            pages["regions"] = RegionsResource(
                 self.selector, self.reactor.seconds,
                 calls_on=lambda region: [cid for cid, s in self.sessions.items()
-                                         if s.info.region == region]))
-        self.web_port = self.reactor.listenTCP(self.config.metrics.port, Site(root),
-                                               interface=self.config.metrics.host)
+                                         if s.info.region == region])
+        self.web_ports = listen_pages(self.reactor, self.config, pages)
+        self.web_port = self.web_ports[0]
 
     def _check_speech(self) -> None:
         if self.speech is None:
@@ -276,12 +287,14 @@ class AgentServer:
             self.stack = None
         if self._health_loop is not None and self._health_loop.running:
             self._health_loop.stop()
+        if self.retention is not None:
+            self.retention.stop()
         if self.prober is not None:
             self.prober.stop()
         self.pool.close()
         ds = []
-        if self.web_port is not None:
-            ds.append(defer.maybeDeferred(self.web_port.stopListening))
+        for port in self.web_ports:
+            ds.append(defer.maybeDeferred(port.stopListening))
         if self._speech_transport is not None and self._speech_proc is not None:
             try:
                 self._speech_transport.signalProcess("TERM")
@@ -512,6 +525,9 @@ class AgentServer:
                               model=self._model_for(selection), info=info,
                               model_stream=self._model_stream_for(selection))
         self.sessions[cid] = session
+        self.journals.call_answered(session, {"caller": info.caller, "called": info.called, "flow": info.flow,
+                                              "region": info.region, "dialplan": info.dialplan_digest[:12],
+                                              "worker": self.worker_id})
         self.metrics.active_calls.inc()
         self.metrics.calls.labels("answered").inc()
         started = {"done": False}
@@ -521,6 +537,7 @@ class AgentServer:
             if not started["done"]:
                 started["done"] = True
                 log.info("call {call_id} media active ({codec})", call_id=cid, codec=call.codec)
+                self.journals.state(cid, "media_active", codec=call.codec)
                 session.start(narrowband=call.codec.upper() in ("PCMU", "PCMA"))
 
         call.callbacks.on_media_active = media_active
@@ -528,6 +545,7 @@ class AgentServer:
         call.callbacks.on_transfer_status = session.on_transfer_status
 
         def disconnected(code: int, reason: str) -> None:
+            self.journals.state(cid, "disconnected", code=code, reason=reason)
             session.close(f"disconnected {code} {reason}".strip())
             leg = control.leg
             if leg is not None and not leg.disconnected:
@@ -597,9 +615,15 @@ class AgentServer:
                 record["agent_hangup"] = call.hangup_reason
         self.metrics.playout_underruns.inc(session.playout.underruns)
         return record
+        if self.worker_id is not None:
+            record["worker"] = self.worker_id
+        self._write_record(record)
+        self.journals.call_recorded(session.call_id)
+        if self.draining or self.ending_calls:
+            self.reactor.callLater(0, self._check_idle)
 
     def _write_record(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True)
+        line = json.dumps(redact_value(record), sort_keys=True)
         log.info("call {call_id} record {record}", call_id=record["call_id"], record=line)
         if self.config.call_records:
             append_record(line, record["call_id"], self.config.call_records, self.worker_id)

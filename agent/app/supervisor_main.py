@@ -7,12 +7,12 @@ import sys
 from typing import Any
 
 from twisted.logger import Logger
-from twisted.web.server import Site
 
 from agent.app.config import ServerConfig
+from agent.app.control_plane import listen_pages
 from agent.app.supervisor import DEFAULT_KAMAILIO_CFG, Supervisor, SupervisorSettings
 from agent.app.supervisor_plan import WORKER_MAX_CALLS, plan_workers
-from agent.app.supervisor_web import supervisor_site_root
+from agent.app.supervisor_web import supervisor_pages
 
 log = Logger(namespace="openclaw.supervisor")
 
@@ -96,7 +96,10 @@ def main_supervise(args: Any) -> int:
 
     observer = jsonFileLogObserver(sys.stdout) if args.log_format == "json" else textFileLogObserver(sys.stdout)
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    globalLogBeginner.beginLoggingTo([FilteringLogObserver(observer, [predicate])], redirectStandardIO=False)
+    from agent.secrets import redact_log_event
+
+    redacting = FilteringLogObserver(observer, [predicate])
+    globalLogBeginner.beginLoggingTo([lambda event: redacting(redact_log_event(event))], redirectStandardIO=False)
 
     from twisted.internet import reactor
 
@@ -108,7 +111,9 @@ def main_supervise(args: Any) -> int:
             reactor.stop()
 
     sup.on_done = done
-    root = supervisor_site_root(sup)
+    pages = supervisor_pages(sup)
+    web_config = replace(config, metrics=replace(config.metrics, host=settings.metrics_host,
+                                                 port=settings.metrics_port))
 
     def failed(failure: Any) -> None:
         log.failure("supervisor failed to start", failure)
@@ -118,7 +123,7 @@ def main_supervise(args: Any) -> int:
 
     def started() -> None:
         try:
-            reactor.listenTCP(settings.metrics_port, Site(root), interface=settings.metrics_host)
+            listen_pages(reactor, web_config, pages)
         except Exception as e:  # noqa: BLE001 -- CannotListenError
             log.error("cannot serve metrics on {host}:{port}: {err}", host=settings.metrics_host,
                       port=settings.metrics_port, err=e)

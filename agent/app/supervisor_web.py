@@ -53,7 +53,10 @@ class HealthPage(Resource):
 
 
 class AdminPage(Resource):
-    """``POST /admin/drain`` (the node) and ``POST /admin/workers/I/drain`` (one worker); loopback only."""
+    """``POST /admin/drain`` (the node) and ``POST /admin/workers/I/drain`` (one worker).
+
+    The bearer check is agent/app/control_plane.py's, around this resource.
+    """
 
     isLeaf = True
 
@@ -63,10 +66,6 @@ class AdminPage(Resource):
 
     def render_POST(self, request: Any) -> bytes:  # noqa: N802
         request.setHeader(b"content-type", b"application/json")
-        peer = str(getattr(request.getClientAddress(), "host", ""))
-        if not (peer.startswith("127.") or peer == "::1"):
-            request.setResponseCode(403)
-            return b'{"error": "admin commands are accepted from loopback only"}\n'
         path = [p.decode() for p in request.postpath if p]
         if path == ["drain"]:
             self._sup.reactor.callLater(0, self._sup.drain)
@@ -80,10 +79,6 @@ class AdminPage(Resource):
 
 
 
-def supervisor_site_root(sup: "Supervisor") -> Resource:
-    """The resource tree the supervisor serves on its metrics port."""
-    root = Resource()
-    root.putChild(b"metrics", MetricsPage(sup))
-    root.putChild(b"healthz", HealthPage(sup))
-    root.putChild(b"admin", AdminPage(sup))
-    return root
+def supervisor_pages(sup: "Supervisor") -> dict[str, Resource]:
+    """The supervisor's pages, by name, for agent/app/control_plane.py's listen_pages."""
+    return {"metrics": MetricsPage(sup), "healthz": HealthPage(sup), "admin": AdminPage(sup)}

@@ -140,6 +140,9 @@ class CallSession:
         self.ended = False
         self.end_reason = ""
         self.started_at = reactor.seconds()
+        #: called after each change of the record (a turn, a prompt, a reply's first audio, a dialogue
+        #: event), on the reactor thread: the server journals the running call's record
+        self.on_progress: Callable[[], None] | None = None
         self.barge_ins = 0
         #: the codec the call's media runs on (the server sets it when media is active)
         self.codec = ""
@@ -431,6 +434,14 @@ class CallSession:
     def _advance(self) -> None:
         self._advance_actions()
         self._arm_barge_in()
+        self._progress()
+
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            try:
+                self.on_progress()
+            except Exception:  # noqa: BLE001 - the journal never takes the call down
+                log.failure("call {call_id} journal update failed", **self.log_fields)
 
     def _advance_actions(self) -> None:
         while not self.ended and self._current is None and self._pending:
@@ -484,6 +495,7 @@ class CallSession:
             self._awaiting_reply_since = None
             if self.turns:
                 self.turns[-1].latency_ms = round(latency * 1000.0, 1)
+            self._progress()
             if self._metrics:
                 self._metrics.turn_latency.labels(self._awaiting_trigger).observe(latency)
                 if self._decided_at is not None and self._awaiting_trigger == "speech":

@@ -15,6 +15,7 @@ from twisted.logger import Logger
 from agent.app.metrics import AgentMetrics
 from agent.call.ports import CallControl, Reactor
 from agent.dialplan.engine import Action, AskModel, CallWebhook, DialogueSession, Transfer, WebhookRequest, WebhookResult
+from agent.secrets import redact, redact_url
 
 log = Logger(namespace="openclaw.session")
 
@@ -67,7 +68,7 @@ class ExternalSteps:
         if self._webhooks is None:
             self._reactor.callLater(0, self._webhook_done, WebhookResult(ok=False, reason="no webhook client"), action)
             return
-        log.info("call {call_id} webhook {method} {url}", method=action.request.method, url=action.request.url,
+        log.info("call {call_id} webhook {method} {url}", method=action.request.method, url=redact_url(action.request.url),
                  **self._log_fields)
         d = self._webhooks(action.request)
         d.addErrback(lambda f: WebhookResult(ok=False, reason=f.getErrorMessage()))
@@ -77,7 +78,7 @@ class ExternalSteps:
         if not self._is_current(action):
             return
         log.info("call {call_id} webhook {step}: {outcome}", step=action.request.step,
-                 outcome="ok" if result.ok else f"failed ({result.reason})", **self._log_fields)
+                 outcome="ok" if result.ok else f"failed ({redact(result.reason)})", **self._log_fields)
         self._finish(self._dialogue().on_webhook_result(result))
 
     def start_model(self, action: AskModel) -> None:

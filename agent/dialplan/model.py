@@ -39,6 +39,7 @@ from agent.dialplan.templates import (
     parse_template,
 )
 from agent.speech.voices import DEFAULT_VOICE
+from agent.secrets import redact
 from agent.yamlmarks import Mark
 
 __all__ = [
@@ -143,7 +144,8 @@ class DialplanError(ValueError):
 
     def __init__(self, errors: Sequence[DialplanIssue]) -> None:
         self.errors: list[DialplanIssue] = list(errors)
-        super().__init__("\n".join(str(issue) for issue in self.errors))
+        # A secret (!env/!file) put where it does not belong must not be quoted back.
+        super().__init__(redact("\n".join(str(issue) for issue in self.errors)))
 
 
 def prompt_cache_key(text: str, voice: str) -> str:

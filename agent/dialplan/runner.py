@@ -42,6 +42,7 @@ from agent.dialplan.model import (
     prompt_cache_key,
 )
 from agent.dialplan.templates import render_json, to_text
+from agent.secrets import redact, redact_url
 from agent.dialplan.variables import CallScope
 
 __all__ = ["FlowRunner", "MAX_HISTORY_TURNS", "MAX_STEPS_PER_EVENT", "MAX_SUBFLOW_DEPTH"]
@@ -211,9 +212,9 @@ class FlowRunner:
         if request is None:
             self._variables["webhook.status"] = "failed"
             self._variables["webhook.reason"] = problem
-            self._record("webhook_failed", text=problem, data={"reason": problem})
+            self._record("webhook_failed", text=redact(problem), data={"reason": redact(problem)})
             return step.on_failure
-        self._record("webhook", text=f"{request.method} {request.url}")
+        self._record("webhook", text=f"{request.method} {redact_url(request.url)}")
         self._mode = WEBHOOK
         actions.append(CallWebhook(request))
         return None

@@ -27,6 +27,7 @@ from jsonschema.exceptions import ValidationError
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from agent.secrets import SecretError, is_secret_tag, resolve_tagged
 from agent.yamlmarks import Mark, describe, mark_of
 
 __all__ = ["SCHEMA_PATH", "Document", "compose", "load_schema", "validate_text"]
@@ -115,6 +116,7 @@ def compose(path: str, text: str) -> Document:
     doc = Document(path, yaml.compose(text, Loader=yaml.SafeLoader))
     if doc.root is None:
         return doc
+    _resolve_secrets(doc.root, doc)
     constructor = SafeConstructor()
     late: list[tuple[Path, Node, str]] = []
     doc.data = _convert(doc.root, (), doc, constructor, late)
@@ -123,6 +125,23 @@ def compose(path: str, text: str) -> Document:
     for error in _validator().iter_errors(doc.data):
         _report(error, doc)
     return doc
+
+
+def _resolve_secrets(node: Node, doc: Document) -> None:
+    """Replace each ``!env``/``!file`` scalar by the string it names (agent/secrets.py), in place."""
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            _resolve_secrets(value_node, doc)
+    elif isinstance(node, SequenceNode):
+        for item in node.value:
+            _resolve_secrets(item, doc)
+    elif isinstance(node, ScalarNode) and is_secret_tag(node.tag):
+        try:
+            node.value = resolve_tagged(node.tag, node.value, os.path.dirname(os.path.abspath(doc.path)))
+        except SecretError as exc:
+            doc.problems.append((doc.mark(node), str(exc)))
+            node.value = ""
+        node.tag = _STR
 
 
 def _convert(node: Node, path: Path, doc: Document, constructor: SafeConstructor,

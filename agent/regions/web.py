@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from twisted.web.resource import Resource
 
 from agent.regions.probe import ProbeOutcome
+from agent.secrets import redact
 from agent.regions.selector import NO_REGION_REASONS, SELECTION_REASONS, RegionSelector
 
 _PROBE_BUCKETS = (0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5)
@@ -122,7 +123,7 @@ class RegionsResource(Resource):
         body = regions_document(self._selector, self._clock(), calls_on=self._calls_on)
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-store")
-        return json.dumps(body, indent=1).encode()
+        return redact(json.dumps(body, indent=1)).encode()
 
 
 class _RegionCollector:

@@ -823,3 +823,27 @@ def test_the_voice_pitch_is_measured_only_when_a_falling_voice_shortens_a_silenc
         session.media.push_frame(tone_frame())
     session.media.push_frame(bytes(FRAME))
     assert session.media.prosody.latest is not None
+
+
+def test_the_journal_hears_of_each_turn_and_its_reply_as_they_happen(tmp_path):
+    """on_progress fires when a turn is taken and again when the reply's first audio goes out, so a
+    journal written from it holds the caller's words before the reply and the latency after."""
+    from agent.app.call_journal import CallJournals, read_journal
+
+    h = Harness()
+    journals = CallJournals(str(tmp_path))
+    journal = journals.open("c1", {"flow": "main"})
+    h.session.on_progress = lambda: journal.progress(h.session.turns, h.session.dialogue.history)
+    h.session.start()
+    h.play_out()
+    h.tick(30, caller=tone_frame())
+    h.tick(25)
+    h.asr_final("check my balance")
+    journals.flush()
+    taken = read_journal(journal.path)
+    assert taken is not None and taken["turns"][-1]["caller"] == "check my balance"
+    h.tick(3)
+    journals.flush()
+    replied = read_journal(journal.path)
+    assert replied is not None and replied["turns"][-1]["latency_ms"] == h.session.turns[-1].latency_ms
+    assert any(e["kind"] == "intent" and e["intent"] == "balance" for e in replied["dialogue"]), replied["dialogue"]
