@@ -31,6 +31,7 @@ from twisted.logger import Logger
 
 from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
 from sip.gate import AdmissionGate, Rejection
+from sip.guard import InboundGuard
 from sip.message import SipRequest, parse_request
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
@@ -341,8 +342,11 @@ class SipStack:
     """A pjsua2 endpoint, its UDP transport and account, polled by the reactor."""
 
     def __init__(self, config: SipConfig, reactor: IReactorTime, handler: CallHandler | None = None,
-                 on_registration: Callable[[int, str, int], None] | None = None) -> None:
+                 on_registration: Callable[[int, str, int], None] | None = None,
+                 guard: InboundGuard | None = None) -> None:
         self.config = config
+        #: who may call (sip.guard): screens every out-of-dialog request before admission
+        self.guard = guard
         self._reactor = reactor
         self._handler = handler
         self._on_registration = on_registration
@@ -398,7 +402,7 @@ class SipStack:
         ep.libStart()
         self._ep = ep
         if self._handler is not None:
-            self._gate = AdmissionGate(self._admit, self._options)
+            self._gate = AdmissionGate(self._admit, self._options, self._other if self.guard else None)
         self._account = self._create_account()
         self._poller = LoopingCall(self._poll)
         self._poller.clock = self._reactor
@@ -559,7 +563,23 @@ class SipStack:
         if self._on_registration is not None:
             _safe(self._on_registration, code, reason, expiration)
 
-    def _options(self, raw: str) -> Rejection | None:
+    def _screen(self, request: SipRequest, peer: str) -> Rejection | None:
+        if self.guard is None:
+            return None
+        verdict = self.guard.screen(request, peer, self._reactor.seconds())
+        if verdict.log:
+            log.info("{method} {call_id} from {source} refused ({reason}): {why}", method=request.method,
+                     call_id=request.call_id, source=verdict.source, reason=verdict.reason, why=verdict.log)
+        return verdict.rejection
+
+    def _other(self, raw: str, peer: str) -> Rejection | None:
+        try:
+            request = parse_request(raw)
+        except ValueError:
+            return None
+        return None if request.to_tag else self._screen(request, peer)
+
+    def _options(self, raw: str, peer: str = "") -> Rejection | None:
         if self._handler is None:
             return None
         try:
@@ -568,10 +588,12 @@ class SipStack:
             return None  # pjsua answers (or drops) it as it would have
         if request.method != "OPTIONS" or request.to_tag:
             return None
+        if (screened := self._screen(request, peer)) is not None:
+            return screened
         decide = getattr(self._handler, "options_status", None)
         return decide(request) if callable(decide) else None
 
-    def _admit(self, raw: str) -> Rejection | None:
+    def _admit(self, raw: str, peer: str = "") -> Rejection | None:
         if self._handler is None:
             return None
         try:
@@ -580,6 +602,8 @@ class SipStack:
             return Rejection(400, f"Bad Request ({e})"[:120])
         if request.method != "INVITE" or request.to_tag:
             return None
+        if (screened := self._screen(request, peer)) is not None:
+            return screened
         return self._handler.admit(request)
 
 
