@@ -5,7 +5,7 @@ lookup keeps the last answer (a DNS hiccup must not shut a carrier out).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IResolutionReceiver
@@ -37,18 +37,21 @@ class _Collect:
 class TrustedNameResolver:
     """Re-resolves every name of *sources* each *interval_s* through ``reactor.nameResolver``."""
 
-    def __init__(self, sources: TrustedSources, reactor: Any, interval_s: float) -> None:
+    def __init__(self, sources: TrustedSources, reactor: Any, interval_s: float,
+                 on_change: Callable[[], None] = lambda: None) -> None:
+        """*on_change* is called after a lookup changed a name's addresses."""
         self.sources = sources
         self.reactor = reactor
         self.interval_s = interval_s
+        self.on_change = on_change
         self._loop: LoopingCall | None = None
 
-    def start(self) -> None:
+    def start(self, now: bool = True) -> None:
         if not self.sources.names:
             return
         self._loop = LoopingCall(self.refresh)
         self._loop.clock = self.reactor
-        self._loop.start(self.interval_s, now=True).addErrback(
+        self._loop.start(self.interval_s, now=now).addErrback(
             lambda f: log.failure("trusted source resolution stopped", f))
 
     def stop(self) -> None:
@@ -73,5 +76,6 @@ class TrustedNameResolver:
             if old != self.sources.names[name]:
                 log.info("trusted SIP source {name} is {addresses}", name=name,
                          addresses=sorted(self.sources.names[name]))
+                self.on_change()
 
         return receiver.done.addCallback(got)

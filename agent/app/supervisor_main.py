@@ -50,7 +50,19 @@ def settings_from_args(args: Any, config: ServerConfig) -> SupervisorSettings:
         retry_after_s=sip.retry_after_s, embedded_speech=embedded,
         general_alongside_hints=config.speech.embedded_general_alongside_hints, drain_timeout_s=drain,
         log_format=args.log_format,
-        notify_front=os.environ.get("OPENCLAW_FRONT_NOTIFY", "1") != "0")
+        notify_front=os.environ.get("OPENCLAW_FRONT_NOTIFY", "1") != "0",
+        access=sip.access, kamailio_defines=kamailio_defines(getattr(args, "kamailio_define", None)))
+
+
+def kamailio_defines(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """``--kamailio-define NAME=VALUE`` options as pairs; ValueError on a malformed one."""
+    out = []
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--kamailio-define expects NAME=VALUE, got {item!r}")
+        out.append((name, value))
+    return tuple(out)
 
 
 def main_supervise(args: Any) -> int:
