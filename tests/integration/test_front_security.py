@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import ssl
 import subprocess
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -169,5 +172,87 @@ sip:
         assert (code, ok) == (0, 1)
         metrics = node.metrics()
         assert metrics.get("openclaw_front_auth_bans_total") == 1
+    finally:
+        stop(node)
+
+
+def _read_sip(sock: ssl.SSLSocket, deadline: float) -> str:
+    """One SIP message from a stream (headers, then Content-Length bytes of body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no SIP message over TLS; got {data[:300]!r}")
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise AssertionError(f"TLS connection closed; got {data[:300]!r}")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    m = re.search(rb"(?im)^(?:content-length|l)\s*:\s*(\d+)", head)
+    need = int(m.group(1)) if m else 0
+    while len(body) < need:
+        body += sock.recv(4096)
+    return (head + b"\r\n\r\n" + body[:need]).decode(errors="replace")
+
+
+def test_front_terminates_tls(tmp_path: Any) -> None:
+    """WITH_TLS: Kamailio answers OPTIONS over TLS 1.2+, and an INVITE over TLS reaches a worker over UDP,
+    is answered, ACKed and hung up over the same TLS connection (Record-Route both ways)."""
+    tls_dir = str(tmp_path)
+    cert, key = os.path.join(tls_dir, "cert.pem"), os.path.join(tls_dir, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "2", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True, timeout=60)
+    cfg = os.path.join(tls_dir, "tls.cfg")
+    with open(os.path.join(ROOT, "ops", "kamailio", "tls.cfg"), encoding="utf-8") as f:
+        text = f.read().replace("/etc/openclaw-voice/tls/cert.pem", cert).replace("/etc/openclaw-voice/tls/key.pem",
+                                                                                 key)
+    with open(cfg, "w", encoding="utf-8") as f:
+        f.write(text)
+    tls_port = free_port(socket.SOCK_STREAM)
+    node = start_node(str(tmp_path), "--kamailio-define", "WITH_TLS=1",
+                      "--kamailio-define", f"TLS_LISTEN=tls:127.0.0.1:{tls_port}",
+                      "--kamailio-define", f'TLS_CFG="{cfg}"')
+    try:
+        ctx = ssl.create_default_context(cafile=cert)
+        ctx.check_hostname = False
+        with socket.create_connection(("127.0.0.1", tls_port), timeout=10) as raw, \
+                ctx.wrap_socket(raw) as tls:
+            assert tls.version() in ("TLSv1.2", "TLSv1.3")
+            local = f"127.0.0.1:{tls.getsockname()[1]}"
+            deadline = time.monotonic() + 30
+
+            def send(method: str, uri: str, cseq: int, extra: str = "", body: str = "") -> None:
+                tls.sendall((f"{method} {uri} SIP/2.0\r\nVia: SIP/2.0/TLS {local};branch=z9hG4bK{method}{cseq}\r\n"
+                             f"Max-Forwards: 70\r\nFrom: <sip:5550111@127.0.0.1>;tag=tlsc\r\n"
+                             f"To: <sip:1000@127.0.0.1>{extra}\r\nCall-ID: tls-{tls_port}\r\nCSeq: {cseq} {method}\r\n"
+                             f"Contact: <sip:5550111@{local};transport=tls>\r\n"
+                             f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+
+            send("OPTIONS", f"sip:127.0.0.1:{tls_port};transport=tls", 1)
+            assert _read_sip(tls, deadline).startswith("SIP/2.0 200")
+            sdp = ("v=0\r\no=tls 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+                   f"m=audio {free_port()} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\na=sendrecv\r\n")
+            tls.sendall((f"INVITE sip:1000@127.0.0.1:{tls_port};transport=tls SIP/2.0\r\n"
+                         f"Via: SIP/2.0/TLS {local};branch=z9hG4bKinv\r\nMax-Forwards: 70\r\n"
+                         f"From: <sip:5550111@127.0.0.1>;tag=tlsc\r\nTo: <sip:1000@127.0.0.1>\r\n"
+                         f"Call-ID: tls-{tls_port}\r\nCSeq: 2 INVITE\r\nContact: <sip:5550111@{local};transport=tls>\r\n"
+                         f"Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}").encode())
+            reply = _read_sip(tls, deadline)
+            while reply.startswith("SIP/2.0 1"):
+                reply = _read_sip(tls, deadline)
+            assert reply.startswith("SIP/2.0 200"), reply[:400]
+            to = re.search(r"(?im)^To:\s*(.*)$", reply).group(1).strip()  # type: ignore[union-attr]
+            contact = re.search(r"(?im)^Contact:\s*<([^>]+)>", reply).group(1)  # type: ignore[union-attr]
+            routes = [r.strip() for line in re.findall(r"(?im)^Record-Route:\s*(.*)$", reply)
+                      for r in line.split(",")][::-1]
+            route = "".join(f"\r\nRoute: {r}" for r in routes)
+            for method, cseq in (("ACK", 2), ("BYE", 3)):
+                tls.sendall((f"{method} {contact} SIP/2.0\r\nVia: SIP/2.0/TLS {local};branch=z9hG4bK{method}\r\n"
+                             f"Max-Forwards: 70\r\nFrom: <sip:5550111@127.0.0.1>;tag=tlsc\r\nTo: {to}{route}\r\n"
+                             f"Call-ID: tls-{tls_port}\r\nCSeq: {cseq} {method}\r\n"
+                             f"Content-Length: 0\r\n\r\n").encode())
+            bye_reply = _read_sip(tls, deadline)
+            assert bye_reply.startswith("SIP/2.0 200") and "CSeq: 3 BYE" in bye_reply, bye_reply[:400]
+        node.wait_for(lambda: os.path.isdir(node.records_dir) and len(node.records(0) + node.records(1)) == 1, 20,
+                      "the TLS call's record")
     finally:
         stop(node)
