@@ -15,15 +15,21 @@ from typing import Callable
 import pjsua2._pjsua2 as native
 from twisted.logger import Logger
 
-from sip.rejection import DROP, Rejection
+from sip.rejection import DROP, Rejection, ReplaceBody
 
 log = Logger(namespace="openclaw.sip")
 
-__all__ = ["DROP", "AdmissionGate", "Rejection"]
+__all__ = ["DROP", "DOORS_PRIORITY", "AdmissionGate", "Rejection", "ReplaceBody"]
 
 
 class _PjStr(ctypes.Structure):
     _fields_ = [("ptr", ctypes.c_char_p), ("slen", ctypes.c_ssize_t)]
+
+
+class _PjStrAt(ctypes.Structure):
+    """A pj_str_t read or written in place (its pointer as an address)."""
+
+    _fields_ = [("ptr", ctypes.c_void_p), ("slen", ctypes.c_ssize_t)]
 
 
 _RX_REQUEST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
@@ -51,9 +57,11 @@ class _PjsipHdr(ctypes.Structure):
 # Between the dialog layer (32, which consumes in-dialog requests) and
 # pjsua's application module (64, which creates calls).
 _GATE_PRIORITY = 60
+#: after the transaction layer (16), before the dialog layer (32): sees in-dialog requests too
+DOORS_PRIORITY = 30
 
 
-Decision = Callable[[str, str], "Rejection | None"]
+Decision = Callable[[str, str], "Rejection | ReplaceBody | None"]
 
 
 class AdmissionGate:
@@ -65,8 +73,12 @@ class AdmissionGate:
     to *on_other* (a banned source's are dropped).
     """
 
-    def __init__(self, on_invite: Decision, on_options: Decision, on_other: Decision | None = None) -> None:
-        """Each decision gets a request's raw text and source address (None lets pjsua handle it)."""
+    def __init__(self, on_invite: Decision, on_options: Decision, on_other: Decision | None = None,
+                 priority: int = _GATE_PRIORITY, name: bytes = b"mod-openclaw-admission") -> None:
+        """Each decision gets a request's raw text and source address (None lets pjsua handle it).
+
+        With *priority* :data:`DOORS_PRIORITY` the module sees in-dialog requests as well
+        (sip/doors.py registers one there)."""
         self._on_invite = on_invite
         self._on_options = on_options
         self._on_other = on_other
@@ -87,12 +99,12 @@ class AdmissionGate:
         lib.pj_pool_release.argtypes = [ctypes.c_void_p]
         self._endpt = lib.pjsua_get_pjsip_endpt()
         self._pool = lib.pjsua_pool_create(b"openclaw-gate", 1024, 1024)
-        self._name = b"mod-openclaw-admission"
+        self._name = name
         self._callback = _RX_REQUEST(self._on_rx_request)
         self._module = _PjsipModule()
         self._module.name = _PjStr(self._name, len(self._name))
         self._module.id = -1
-        self._module.priority = _GATE_PRIORITY
+        self._module.priority = priority
         self._module.on_rx_request = self._callback
         self._msg_info_offset: int | None = None
         #: where rdata->pkt_info.src_addr starts, counted back from msg_info
@@ -177,12 +189,56 @@ class AdmissionGate:
             rejection = decide(raw, self._source(rdata))
             if rejection is None:
                 return 0
+            if isinstance(rejection, ReplaceBody):
+                if self._replace_body(rdata, rejection):
+                    return 0
+                rejection = rejection.fallback
             if rejection.status == 0:
                 return 1  # DROP: consumed, nothing sent
             return self._respond(rdata, rejection)
         except Exception:
             log.failure("admission gate failed; letting pjsua handle the request")
             return 0
+
+    def _replace_body(self, rdata: int, replace: ReplaceBody) -> bool:
+        """Swap rdata->msg_info.msg->body (and the Content-Type header's media type) for *replace*.
+
+        pjsip_msg is ``type; line (32 bytes); hdr (a 64-byte list head); body*``, so body sits
+        at 104; msg_info.ctype is its 13th pointer-sized field. Both are checked to hold the
+        multipart type before anything is written; False (nothing changed) otherwise.
+        """
+        if self._msg_info_offset is None:
+            return False
+        ptr = ctypes.sizeof(ctypes.c_void_p)
+        base = rdata + self._msg_info_offset
+        msg = ctypes.c_void_p.from_address(base + 2 * ptr).value
+        ctype = ctypes.c_void_p.from_address(base + 12 * ptr).value
+        if not msg or not ctype:
+            return False
+        body = ctypes.c_void_p.from_address(msg + 104).value
+        if not body or not _pjstr_is(body, b"multipart") or not _pjstr_is(ctype + 64, b"multipart"):
+            return False
+        pool = ctypes.c_void_p.from_address(rdata).value  # rdata->tp_info.pool
+        t, st, text = replace.type.encode(), replace.subtype.encode(), replace.text.encode()
+        lib = self._lib
+        lib.pjsip_msg_body_create.restype = ctypes.c_void_p
+        lib.pjsip_msg_body_create.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(_PjStr)] * 3
+        lib.pj_pool_alloc.restype = ctypes.c_void_p
+        lib.pj_pool_alloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        new = lib.pjsip_msg_body_create(pool, ctypes.byref(_PjStr(t, len(t))), ctypes.byref(_PjStr(st, len(st))),
+                                        ctypes.byref(_PjStr(text, len(text))))
+        if not new:
+            return False
+        # The header's media type must outlive this call: copy the strings into rdata's pool.
+        media = lib.pj_pool_alloc(pool, len(t) + len(st))
+        if not media:
+            return False
+        ctypes.memmove(media, t + st, len(t) + len(st))
+        ctypes.c_void_p.from_address(msg + 104).value = new
+        mtype, subtype = _PjStrAt.from_address(ctype + 64), _PjStrAt.from_address(ctype + 64 + ctypes.sizeof(_PjStrAt))
+        mtype.ptr, mtype.slen = media, len(t)
+        subtype.ptr, subtype.slen = media + len(t), len(st)
+        return True
 
     def _respond(self, rdata: int, rejection: Rejection) -> int:
         head = _PjsipHdr()
@@ -228,3 +284,11 @@ class AdmissionGate:
             if cache:
                 self._headers[key] = hdr
         return hdr
+
+
+def _pjstr_is(address: int, text: bytes) -> bool:
+    """Whether the pj_str_t at *address* holds *text* (case-insensitive)."""
+    s = _PjStrAt.from_address(address)
+    if not s.ptr or s.slen != len(text):
+        return False
+    return ctypes.string_at(s.ptr, s.slen).lower() == text

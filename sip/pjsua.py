@@ -30,7 +30,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
-from sip.gate import AdmissionGate, Rejection
+from sip.doors import DoorSettings, Reduced, screen_doors, unsupported_media
+from sip.gate import DOORS_PRIORITY, AdmissionGate, Rejection, ReplaceBody
 from sip.guard import InboundGuard
 from sip.message import SipRequest, parse_request
 
@@ -343,10 +344,15 @@ class SipStack:
 
     def __init__(self, config: SipConfig, reactor: IReactorTime, handler: CallHandler | None = None,
                  on_registration: Callable[[int, str, int], None] | None = None,
-                 guard: InboundGuard | None = None) -> None:
+                 guard: InboundGuard | None = None, doors: DoorSettings | None = None,
+                 on_refused: Callable[[str], None] = lambda reason: None) -> None:
         self.config = config
         #: who may call (sip.guard): screens every out-of-dialog request before admission
         self.guard = guard
+        #: multipart bodies and unserved methods, refused before pjsip's modules (sip/doors.py)
+        self.doors = doors or DoorSettings()
+        self._on_refused = on_refused
+        self._doors_gate: AdmissionGate | None = None
         self._reactor = reactor
         self._handler = handler
         self._on_registration = on_registration
@@ -403,6 +409,8 @@ class SipStack:
         self._ep = ep
         if self._handler is not None:
             self._gate = AdmissionGate(self._admit, self._options, self._other if self.guard else None)
+            self._doors_gate = AdmissionGate(self._door, self._door, self._door, priority=DOORS_PRIORITY,
+                                             name=b"mod-openclaw-doors")
         self._account = self._create_account()
         self._poller = LoopingCall(self._poll)
         self._poller.clock = self._reactor
@@ -435,6 +443,10 @@ class SipStack:
                 acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", reg.realm, reg.username, 0, reg.password))
         else:
             acfg.regConfig.registerOnAdd = False
+        # No ICE (nor TURN): pjnath's ICE has open advisories for 2.15 (SECURITY.md); an offer's
+        # ICE attributes are then ignored and media goes to its c=/m= address.
+        acfg.natConfig.iceEnabled = False
+        acfg.natConfig.turnEnabled = False
         acfg.mediaConfig.transportConfig.port = self.config.rtp_port
         acfg.mediaConfig.transportConfig.portRange = self.config.rtp_port_range if self.config.rtp_port else 0
         if self.config.host not in ("", "0.0.0.0"):
@@ -482,6 +494,8 @@ class SipStack:
             self._account = None
         if self._gate is not None:
             self._gate.unregister()
+        if self._doors_gate is not None:
+            self._doors_gate.unregister()
         self._ep.libDestroy()
         self._ep = None
 
@@ -571,6 +585,25 @@ class SipStack:
             log.info("{method} {call_id} from {source} refused ({reason}): {why}", method=request.method,
                      call_id=request.call_id, source=verdict.source, reason=verdict.reason, why=verdict.log)
         return verdict.rejection
+
+    def _door(self, raw: str, peer: str) -> Rejection | ReplaceBody | None:
+        try:
+            request = parse_request(raw)
+        except ValueError:
+            return None  # pjsip answers (or drops) it as it would have
+        verdict = screen_doors(request, self.doors)
+        if verdict is None:
+            return None
+        if isinstance(verdict, Reduced):
+            log.info("{method} {call_id}: multipart body reduced to its SDP part", method=request.method,
+                     call_id=request.call_id)
+            self._on_refused("multipart_reduced")
+            return ReplaceBody("application", "sdp", verdict.sdp, unsupported_media())
+        reason = "unsupported_media" if verdict.status == 415 else "method_not_allowed"
+        self._on_refused(reason)
+        log.info("{method} {call_id} from {source} refused: {status} {reason}", method=request.method[:20],
+                 call_id=request.call_id[:80], source=peer, status=verdict.status, reason=verdict.reason)
+        return verdict
 
     def _other(self, raw: str, peer: str) -> Rejection | None:
         try:

@@ -15,3 +15,13 @@ class Rejection:
 
 #: a refusal without an answer: the request is consumed and nothing is sent
 DROP = Rejection(0, "dropped")
+
+
+@dataclass(frozen=True)
+class ReplaceBody:
+    """Let the request through with its body replaced by *text* (``type/subtype``); *fallback* if that fails."""
+
+    type: str
+    subtype: str
+    text: str
+    fallback: Rejection

@@ -12,7 +12,8 @@ from sip.guard_names import TrustedNameResolver
 log = Logger(namespace="openclaw.server")
 
 #: labels of openclaw_sip_refused_total (docs/metrics.md)
-REFUSAL_REASONS = ("untrusted", "banned", "auth_challenge", "auth_failed", "auth_stale", "auth_rate_limited")
+REFUSAL_REASONS = ("untrusted", "banned", "auth_challenge", "auth_failed", "auth_stale", "auth_rate_limited",
+                   "unsupported_media", "method_not_allowed", "multipart_reduced")
 
 
 class ServerAccess:
@@ -20,7 +21,7 @@ class ServerAccess:
 
     def __init__(self, settings: AccessSettings, reactor: Any, registry: CollectorRegistry) -> None:
         self.refused = Counter("openclaw_sip_refused_total",
-                               "Out-of-dialog SIP requests refused or dropped before pjsua, by reason",
+                               "SIP requests refused or dropped before pjsua, by reason",
                                ["reason"], registry=registry)
         for reason in REFUSAL_REASONS:
             self.refused.labels(reason)

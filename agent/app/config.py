@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
+from sip.doors import DoorSettings
 from sip.guard import ALGORITHMS, AccessSettings, DigestUser, parse_source
 from sip.registration import RegistrationConfig
 
@@ -31,6 +32,8 @@ class SipSettings:
     registration: RegistrationConfig | None = None
     #: who may call: trusted sources, digest users, bans (docs/security.md)
     access: AccessSettings = field(default_factory=AccessSettings)
+    #: multipart bodies and unserved methods (SECURITY.md)
+    doors: DoorSettings = field(default_factory=DoorSettings)
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,18 @@ def _number(r: _Reader, key: str, default: float, check: Callable[[Any], str | N
     return float(n.value)
 
 
+def _doors(r: _Reader | None) -> DoorSettings:
+    """``sip.doors``: what happens to multipart bodies."""
+    d = DoorSettings()
+    if r is None:
+        return d
+    r.check_keys(("multipart", "multipart_max_bytes"))
+    return DoorSettings(
+        multipart=r.get("multipart", str, d.multipart,
+                        lambda v: None if v in ("reject", "sdp_only") else "expected reject (415) or sdp_only"),
+        multipart_max_bytes=r.get("multipart_max_bytes", int, d.multipart_max_bytes, _positive))
+
+
 def _access(r: _Reader | None, errors: list[tuple[Mark, str]]) -> AccessSettings:
     """``sip.access``: trusted sources, digest users and bans."""
     d = AccessSettings()
@@ -320,7 +335,7 @@ def load_config(path: str | None) -> ServerConfig:
     sip = SipSettings()
     if (r := top.sub("sip")) is not None:
         r.check_keys(("host", "port", "public_address", "capacity", "retry_after_s", "codecs",
-                      "rtp_port", "rtp_port_range", "registration", "access"))
+                      "rtp_port", "rtp_port_range", "registration", "access", "doors"))
         codecs = r.strings("codecs", sip.codecs)
         for c in codecs:
             if c not in ("PCMU", "PCMA", "G722"):
@@ -342,7 +357,7 @@ def load_config(path: str | None) -> ServerConfig:
             retry_after_s=r.get("retry_after_s", int, sip.retry_after_s, _positive),
             codecs=codecs, rtp_port=r.get("rtp_port", int, sip.rtp_port, _port),
             rtp_port_range=r.get("rtp_port_range", int, sip.rtp_port_range, _positive),
-            registration=reg, access=_access(r.sub("access"), errors))
+            registration=reg, access=_access(r.sub("access"), errors), doors=_doors(r.sub("doors")))
 
     media = MediaSettings()
     if (r := top.sub("media")) is not None:

@@ -212,7 +212,8 @@ class AgentServer:
         self.access = ServerAccess(s.access, self.reactor, self.metrics.registry)
         self.access.start()
         self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration,
-                              guard=self.access.guard if s.access.enabled else None)
+                              guard=self.access.guard if s.access.enabled else None, doors=s.doors,
+                              on_refused=lambda reason: self.access.refused.labels(reason).inc())
         self.stack.start()
 
     def _start_web(self) -> None:

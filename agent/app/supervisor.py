@@ -524,7 +524,8 @@ class Supervisor:
             for key, reason in (("rejected_all_busy", "all_workers_busy"), ("rejected_no_worker", "no_worker_up"),
                                 ("rejected_flood", "flood"), ("rejected_scanner", "scanner"),
                                 ("rejected_untrusted", "untrusted"),
-                                ("rejected_banned", "banned")):  # kamailio.cfg: update_stat("openclaw_<key>")
+                                ("rejected_banned", "banned"), ("rejected_method", "method"),
+                                ("rejected_multipart", "multipart")):  # kamailio.cfg: update_stat("openclaw_<key>")
                 front.add_sample("openclaw_front_rejected_total", {"reason": reason}, self.front_stats.get(key, 0.0))
             dispatched = Metric("openclaw_front_dispatched", "INVITEs the Kamailio front dispatched", "counter")
             dispatched.add_sample("openclaw_front_dispatched_total", {}, self.front_stats.get("dispatched", 0.0))
