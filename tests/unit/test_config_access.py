@@ -71,3 +71,17 @@ sip:
     assert ":9:19: config.sip.access.auth.algorithms: unknown 'SHA-512'; expected MD5 or SHA-256" in text
     assert ":10:28: config.sip.access.bans.after_failures: expected a positive integer" in text
     assert ":10:38: config.sip.access.bans.ban_s: expected a number, got a string" in text
+
+
+def test_doors_section(tmp_path):  # type: ignore[no-untyped-def]
+    """sip.doors: multipart reject (default) or sdp_only with a size bound; other values are errors."""
+    assert load_config(None).sip.doors.multipart == "reject"
+    p = tmp_path / "c.yaml"
+    p.write_text("sip:\n  doors:\n    multipart: sdp_only\n    multipart_max_bytes: 2048\n")
+    d = load_config(str(p)).sip.doors
+    assert (d.multipart, d.multipart_max_bytes) == ("sdp_only", 2048)
+    p.write_text("sip:\n  doors:\n    multipart: accept\n    size: 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    assert ":3:16: config.sip.doors.multipart: expected reject (415) or sdp_only" in str(e.value)
+    assert "unknown key 'size' in config.sip.doors" in str(e.value)
