@@ -30,9 +30,10 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
-from sip.doors import DoorSettings, Reduced, screen_doors, unsupported_media
-from sip.gate import DOORS_PRIORITY, AdmissionGate, Rejection, ReplaceBody
+from sip.doors import DoorSettings
+from sip.gate import DOORS_PRIORITY, AdmissionGate, Rejection
 from sip.guard import InboundGuard
+from sip.screening import RequestScreen
 from sip.message import SipRequest, parse_request
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
@@ -347,11 +348,8 @@ class SipStack:
                  guard: InboundGuard | None = None, doors: DoorSettings | None = None,
                  on_refused: Callable[[str], None] = lambda reason: None) -> None:
         self.config = config
-        #: who may call (sip.guard): screens every out-of-dialog request before admission
-        self.guard = guard
-        #: multipart bodies and unserved methods, refused before pjsip's modules (sip/doors.py)
-        self.doors = doors or DoorSettings()
-        self._on_refused = on_refused
+        #: who may call (sip.guard) and the doors (sip.doors), asked by the gate modules
+        self.screen = RequestScreen(reactor, guard, doors, on_refused)
         self._doors_gate: AdmissionGate | None = None
         self._reactor = reactor
         self._handler = handler
@@ -408,9 +406,9 @@ class SipStack:
         ep.libStart()
         self._ep = ep
         if self._handler is not None:
-            self._gate = AdmissionGate(self._admit, self._options, self._other if self.guard else None)
-            self._doors_gate = AdmissionGate(self._door, self._door, self._door, priority=DOORS_PRIORITY,
-                                             name=b"mod-openclaw-doors")
+            self._gate = AdmissionGate(self._admit, self._options, self.screen.other if self.screen.guard else None)
+            door = self.screen.door
+            self._doors_gate = AdmissionGate(door, door, door, priority=DOORS_PRIORITY, name=b"mod-openclaw-doors")
         self._account = self._create_account()
         self._poller = LoopingCall(self._poll)
         self._poller.clock = self._reactor
@@ -443,10 +441,8 @@ class SipStack:
                 acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", reg.realm, reg.username, 0, reg.password))
         else:
             acfg.regConfig.registerOnAdd = False
-        # No ICE (nor TURN): pjnath's ICE has open advisories for 2.15 (SECURITY.md); an offer's
-        # ICE attributes are then ignored and media goes to its c=/m= address.
-        acfg.natConfig.iceEnabled = False
-        acfg.natConfig.turnEnabled = False
+        # No ICE, no TURN (pjnath advisories, SECURITY.md): an offer's ICE attributes are ignored.
+        acfg.natConfig.iceEnabled = acfg.natConfig.turnEnabled = False
         acfg.mediaConfig.transportConfig.port = self.config.rtp_port
         acfg.mediaConfig.transportConfig.portRange = self.config.rtp_port_range if self.config.rtp_port else 0
         if self.config.host not in ("", "0.0.0.0"):
@@ -577,41 +573,6 @@ class SipStack:
         if self._on_registration is not None:
             _safe(self._on_registration, code, reason, expiration)
 
-    def _screen(self, request: SipRequest, peer: str) -> Rejection | None:
-        if self.guard is None:
-            return None
-        verdict = self.guard.screen(request, peer, self._reactor.seconds())
-        if verdict.log:
-            log.info("{method} {call_id} from {source} refused ({reason}): {why}", method=request.method,
-                     call_id=request.call_id, source=verdict.source, reason=verdict.reason, why=verdict.log)
-        return verdict.rejection
-
-    def _door(self, raw: str, peer: str) -> Rejection | ReplaceBody | None:
-        try:
-            request = parse_request(raw)
-        except ValueError:
-            return None  # pjsip answers (or drops) it as it would have
-        verdict = screen_doors(request, self.doors)
-        if verdict is None:
-            return None
-        if isinstance(verdict, Reduced):
-            log.info("{method} {call_id}: multipart body reduced to its SDP part", method=request.method,
-                     call_id=request.call_id)
-            self._on_refused("multipart_reduced")
-            return ReplaceBody("application", "sdp", verdict.sdp, unsupported_media())
-        reason = "unsupported_media" if verdict.status == 415 else "method_not_allowed"
-        self._on_refused(reason)
-        log.info("{method} {call_id} from {source} refused: {status} {reason}", method=request.method[:20],
-                 call_id=request.call_id[:80], source=peer, status=verdict.status, reason=verdict.reason)
-        return verdict
-
-    def _other(self, raw: str, peer: str) -> Rejection | None:
-        try:
-            request = parse_request(raw)
-        except ValueError:
-            return None
-        return None if request.to_tag else self._screen(request, peer)
-
     def _options(self, raw: str, peer: str = "") -> Rejection | None:
         if self._handler is None:
             return None
@@ -621,7 +582,7 @@ class SipStack:
             return None  # pjsua answers (or drops) it as it would have
         if request.method != "OPTIONS" or request.to_tag:
             return None
-        if (screened := self._screen(request, peer)) is not None:
+        if (screened := self.screen.access(request, peer)) is not None:
             return screened
         decide = getattr(self._handler, "options_status", None)
         return decide(request) if callable(decide) else None
@@ -635,7 +596,7 @@ class SipStack:
             return Rejection(400, f"Bad Request ({e})"[:120])
         if request.method != "INVITE" or request.to_tag:
             return None
-        if (screened := self._screen(request, peer)) is not None:
+        if (screened := self.screen.access(request, peer)) is not None:
             return screened
         return self._handler.admit(request)
 
