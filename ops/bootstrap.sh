@@ -11,7 +11,8 @@ VENV="${OPENCLAW_VENV:-$ROOT/.venv}"
 # kamailio: the SIP front of `serve --workers N --front kamailio` (dispatcher, pike, kamcmd);
 # prometheus: promtool, which checks and tests ops/prometheus/ (the server is not started).
 DEB_PACKAGES=(python3 python3-venv python3-dev flite libflite1 sip-tester tshark sox procps iproute2
-              kamailio prometheus systemd festival festvox-us-slt-hts espeak-ng)
+              kamailio prometheus systemd festival festvox-us-slt-hts espeak-ng
+              kamailio-tls-modules openssl)
 
 MINILM_VERSION=0.1.0
 

@@ -33,8 +33,11 @@ from twisted.logger import Logger
 
 from sip import calltable
 from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
-from sip.gate import AdmissionGate, Rejection
 from sip.lifecycle import CallLifecycle
+from sip.doors import DoorSettings
+from sip.gate import DOORS_PRIORITY, AdmissionGate, Rejection
+from sip.guard import InboundGuard
+from sip.screening import RequestScreen
 from sip.message import SipRequest, parse_request
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
@@ -413,8 +416,13 @@ class SipStack:
     """A pjsua2 endpoint, its UDP transport and account, polled by the reactor."""
 
     def __init__(self, config: SipConfig, reactor: IReactorTime, handler: CallHandler | None = None,
-                 on_registration: Callable[[int, str, int], None] | None = None) -> None:
+                 on_registration: Callable[[int, str, int], None] | None = None,
+                 guard: InboundGuard | None = None, doors: DoorSettings | None = None,
+                 on_refused: Callable[[str], None] = lambda reason: None) -> None:
         self.config = config
+        #: who may call (sip.guard) and the doors (sip.doors), asked by the gate modules
+        self.screen = RequestScreen(reactor, guard, doors, on_refused)
+        self._doors_gate: AdmissionGate | None = None
         self._reactor = reactor
         self._handler = handler
         self._on_registration = on_registration
@@ -495,7 +503,9 @@ class SipStack:
         ep.libStart()
         self._ep = ep
         if self._handler is not None:
-            self._gate = AdmissionGate(self._admit, self._options)
+            self._gate = AdmissionGate(self._admit, self._options, self.screen.other if self.screen.guard else None)
+            door = self.screen.door
+            self._doors_gate = AdmissionGate(door, door, door, priority=DOORS_PRIORITY, name=b"mod-openclaw-doors")
         self._account = self._create_account()
         self._poller = LoopingCall(self._poll)
         self._poller.clock = self._reactor
@@ -528,6 +538,8 @@ class SipStack:
                 acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", reg.realm, reg.username, 0, reg.password))
         else:
             acfg.regConfig.registerOnAdd = False
+        # No ICE, no TURN (pjnath advisories, SECURITY.md): an offer's ICE attributes are ignored.
+        acfg.natConfig.iceEnabled = acfg.natConfig.turnEnabled = False
         acfg.mediaConfig.transportConfig.port = self.config.rtp_port
         acfg.mediaConfig.transportConfig.portRange = self.config.rtp_port_range if self.config.rtp_port else 0
         if self.config.host not in ("", "0.0.0.0"):
@@ -579,6 +591,8 @@ class SipStack:
             self._account = None
         if self._gate is not None:
             self._gate.unregister()
+        if self._doors_gate is not None:
+            self._doors_gate.unregister()
         self._ep.libDestroy()
         self._ep = None
 
@@ -693,7 +707,7 @@ class SipStack:
         if self._on_registration is not None:
             _safe(self._on_registration, code, reason, expiration)
 
-    def _options(self, raw: str) -> Rejection | None:
+    def _options(self, raw: str, peer: str = "") -> Rejection | None:
         if self._handler is None:
             return None
         try:
@@ -702,10 +716,12 @@ class SipStack:
             return None  # pjsua answers (or drops) it as it would have
         if request.method != "OPTIONS" or request.to_tag:
             return None
+        if (screened := self.screen.access(request, peer)) is not None:
+            return screened
         decide = getattr(self._handler, "options_status", None)
         return decide(request) if callable(decide) else None
 
-    def _admit(self, raw: str) -> Rejection | None:
+    def _admit(self, raw: str, peer: str = "") -> Rejection | None:
         if self._handler is None:
             return None
         try:
@@ -714,6 +730,8 @@ class SipStack:
             return Rejection(400, f"Bad Request ({e})"[:120])
         if request.method != "INVITE" or request.to_tag:
             return None
+        if (screened := self.screen.access(request, peer)) is not None:
+            return screened
         return self._handler.admit(request)
 
 

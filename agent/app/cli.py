@@ -62,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the supervisor writes dispatcher.list, kamailio.cfg defines and sockets "
                         "(default var/run/openclaw-PORT)")
     w.add_argument("--kamailio-cfg", metavar="FILE", help="Kamailio config (default ops/kamailio/kamailio.cfg)")
+    w.add_argument("--kamailio-define", action="append", metavar="NAME=VALUE",
+                   help="with --front kamailio: override a define of the Kamailio config (repeatable), "
+                        "e.g. PIKE_REQS=50 (see ops/kamailio/kamailio.cfg and docs/security.md)")
     w.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)
+    w.add_argument("--front-source", action="append", help=argparse.SUPPRESS)
     w.add_argument("--embedded-speech", help=argparse.SUPPRESS)
 
     ss = sub.add_parser("speech-server", help="run the embedded Riva-compatible speech server")

@@ -21,6 +21,8 @@ from agent.speech.failover_core import FailoverSettings
 from agent.speech.voices import DEFAULT_VOICE
 from agent.secrets import remember_secret
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
+from sip.doors import DoorSettings
+from sip.guard import ALGORITHMS, AccessSettings, DigestUser, parse_source
 from sip.registration import RegistrationConfig
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -40,6 +42,10 @@ class SipSettings:
     registration: RegistrationConfig | None = None
     #: how often the server's calls are checked against pjsua's call table (docs/configuration.md)
     reconcile_interval_ms: int = 5000
+    #: who may call: trusted sources, digest users, bans (docs/security.md)
+    access: AccessSettings = field(default_factory=AccessSettings)
+    #: multipart bodies and unserved methods (SECURITY.md)
+    doors: DoorSettings = field(default_factory=DoorSettings)
 
 
 @dataclass(frozen=True)
@@ -340,6 +346,91 @@ def _dialogue_settings(r: "_Reader | None", base: str, errors: list[tuple[Mark, 
                                             lambda v: None if 0 <= v <= 200 else "expected 0 to 200"))
 
 
+def _number(r: _Reader, key: str, default: float, check: Callable[[Any], str | None]) -> float:
+    """A number of seconds (an integer or a decimal)."""
+    n = r.values.get(key)
+    if n is None:
+        return default
+    if isinstance(n.value, bool) or not isinstance(n.value, (int, float)):
+        r.errors.append((n.mark, f"{r.where}.{key}: expected a number, got {_kind(n.value)}"))
+        return default
+    if (problem := check(n.value)):
+        r.errors.append((n.mark, f"{r.where}.{key}: {problem}"))
+        return default
+    return float(n.value)
+
+
+def _doors(r: _Reader | None) -> DoorSettings:
+    """``sip.doors``: what happens to multipart bodies."""
+    d = DoorSettings()
+    if r is None:
+        return d
+    r.check_keys(("multipart", "multipart_max_bytes"))
+    return DoorSettings(
+        multipart=r.get("multipart", str, d.multipart,
+                        lambda v: None if v in ("reject", "sdp_only") else "expected reject (415) or sdp_only"),
+        multipart_max_bytes=r.get("multipart_max_bytes", int, d.multipart_max_bytes, _positive))
+
+
+def _access(r: _Reader | None, errors: list[tuple[Mark, str]]) -> AccessSettings:
+    """``sip.access``: trusted sources, digest users and bans."""
+    d = AccessSettings()
+    if r is None:
+        return d
+    r.check_keys(("trusted_sources", "resolve_interval_s", "untrusted", "auth", "bans", "front_sources"))
+    sources: dict[str, tuple[str, ...]] = {}
+    for key in ("trusted_sources", "front_sources"):
+        sources[key] = r.strings(key, ())
+        for text in sources[key]:
+            try:
+                parse_source(text)
+            except ValueError as e:
+                errors.append((r.values[key].mark, f"{r.where}.{key}: {e}"))
+    untrusted = r.get("untrusted", str, d.untrusted,
+                      lambda v: None if v in ("reject", "drop") else "expected reject (403) or drop")
+    realm, users, algorithms = d.realm, d.users, d.algorithms
+    nonce_ttl_s, retry_interval_s = d.nonce_ttl_s, d.retry_interval_s
+    if (ra := r.sub("auth")) is not None:
+        ra.check_keys(("realm", "users", "algorithms", "nonce_ttl_s", "retry_interval_s"))
+        realm = ra.get("realm", str, realm, lambda v: None if v and '"' not in v else "expected a name without quotes")
+        algorithms = ra.strings("algorithms", algorithms)
+        for alg in algorithms:
+            if alg not in ALGORITHMS:
+                errors.append((ra.values["algorithms"].mark,
+                               f"{ra.where}.algorithms: unknown {alg!r}; expected MD5 or SHA-256"))
+        nonce_ttl_s = _number(ra, "nonce_ttl_s", nonce_ttl_s, _positive)
+        retry_interval_s = _number(ra, "retry_interval_s", retry_interval_s,
+                                   lambda v: None if v >= 0 else "expected 0 or more")
+        un = ra.values.get("users")
+        if un is not None:
+            if not isinstance(un.value, list):
+                errors.append((un.mark, f"{ra.where}.users: expected a list of {{user, password}} or {{user, ha1}}"))
+            else:
+                found = []
+                for i, item in enumerate(un.value):
+                    ru = _Reader(item, f"{ra.where}.users[{i}]", errors)
+                    ru.check_keys(("user", "password", "ha1"))
+                    user = DigestUser(ru.get("user", str, ""), ru.get("password", str, ""), ru.get("ha1", str, ""))
+                    if not user.user or bool(user.password) == bool(user.ha1):
+                        errors.append((item.mark, f"{ru.where}: expected 'user' and one of 'password' or 'ha1'"))
+                    elif user.ha1 and not re.fullmatch(r"[0-9a-fA-F]{32}|[0-9a-fA-F]{64}", user.ha1):
+                        errors.append((ru.values["ha1"].mark, f"{ru.where}.ha1: expected 32 (MD5) or 64 (SHA-256) "
+                                                              "hex digits of H(user:realm:password)"))
+                    found.append(user)
+                users = tuple(found)
+    after, window_s, ban_s = d.ban_after_failures, d.ban_window_s, d.ban_s
+    if (rb := r.sub("bans")) is not None:
+        rb.check_keys(("after_failures", "window_s", "ban_s"))
+        after = rb.get("after_failures", int, after, _positive)
+        window_s = _number(rb, "window_s", window_s, _positive)
+        ban_s = _number(rb, "ban_s", ban_s, _positive)
+    return AccessSettings(
+        trusted_sources=sources["trusted_sources"], front_sources=sources["front_sources"],
+        resolve_interval_s=_number(r, "resolve_interval_s", d.resolve_interval_s, _positive),
+        untrusted=untrusted, realm=realm, users=users, algorithms=algorithms, nonce_ttl_s=nonce_ttl_s,
+        retry_interval_s=retry_interval_s, ban_after_failures=after, ban_window_s=window_s, ban_s=ban_s)
+
+
 def load_config(path: str | None) -> ServerConfig:
     """Load *path* (None: all defaults). Raises :class:`ConfigError`."""
     if path is None:
@@ -355,7 +446,7 @@ def load_config(path: str | None) -> ServerConfig:
     sip = SipSettings()
     if (r := top.sub("sip")) is not None:
         r.check_keys(("host", "port", "public_address", "capacity", "retry_after_s", "codecs",
-                      "rtp_port", "rtp_port_range", "registration", "reconcile_interval_ms"))
+                      "rtp_port", "rtp_port_range", "registration", "reconcile_interval_ms", "access", "doors"))
         codecs = r.strings("codecs", sip.codecs)
         for c in codecs:
             if c not in ("PCMU", "PCMA", "G722"):
@@ -381,7 +472,8 @@ def load_config(path: str | None) -> ServerConfig:
             rtp_port_range=r.get("rtp_port_range", int, sip.rtp_port_range, _positive),
             registration=reg,
             reconcile_interval_ms=r.get("reconcile_interval_ms", int, sip.reconcile_interval_ms,
-                                        lambda v: None if 100 <= v <= 300000 else "expected 100 to 300000 ms"))
+                                        lambda v: None if 100 <= v <= 300000 else "expected 100 to 300000 ms"),
+            access=_access(r.sub("access"), errors), doors=_doors(r.sub("doors")))
 
     media = MediaSettings()
     if (r := top.sub("media")) is not None:

@@ -34,6 +34,10 @@ def main_serve(args: Any) -> int:
     config = config.with_overrides(host=args.host, port=args.port, capacity=args.capacity,
                                    rtp_port=getattr(args, "rtp_port", None),
                                    rtp_port_range=getattr(args, "rtp_port_range", None))
+    if getattr(args, "front_source", None):
+        access = config.sip.access
+        config = replace(config, sip=replace(config.sip, access=replace(
+            access, front_sources=access.front_sources + tuple(args.front_source))))
     if args.metrics_port is not None:
         config = replace(config, metrics=replace(config.metrics, port=args.metrics_port))
     if getattr(args, "metrics_host", None):

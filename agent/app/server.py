@@ -25,6 +25,7 @@ from twisted.web.resource import Resource
 
 from agent.app.admission import Admitted, flow_needs, flow_speech, source_ip
 from agent.app.call_journal import ServerJournals
+from agent.app.access import ServerAccess
 from agent.app.call_records import append_record
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
@@ -248,7 +249,11 @@ class AgentServer:
                         frame_ms=m.frame_ms, jb_init_ms=m.jb_init_ms, jb_min_pre_ms=m.jb_min_pre_ms,
                         jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=s.registration,
                         rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range)
-        self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration)
+        self.access = ServerAccess(s.access, self.reactor, self.metrics.registry)
+        self.access.start()
+        self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration,
+                              guard=self.access.guard if s.access.enabled else None, doors=s.doors,
+                              on_refused=lambda reason: self.access.refused.labels(reason).inc())
         self.stack.on_hangup = self._on_agent_hangup
         self.stack.start()
         self.reconciler = server_reconciler(self, s.reconcile_interval_ms / 1000.0)
@@ -285,6 +290,7 @@ class AgentServer:
         if self.stack is not None:
             self.stack.stop()
             self.stack = None
+            self.access.stop()
         if self._health_loop is not None and self._health_loop.running:
             self._health_loop.stop()
         if self.retention is not None:

@@ -46,12 +46,14 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from agent.app.config import PACKAGE_ROOT
+from agent.app.front_access import FrontAccessList, front_defines
 from agent.app.supervisor_child import LAUNCHER, Child, ChildProtocol, Spawner, run_command
 from agent.app.supervisor_plan import (
     MIN_RTP_PORTS_PER_WORKER, WORKER_MAX_CALLS, MetricFamilies, RestartPolicy, WorkerPlan, dispatcher_list,
     merge_metrics, parse_all, parse_dispatcher_states, parse_kamailio_stats, plan_workers,
 )
 from agent.integrations.http import HttpClient
+from sip.guard import AccessSettings
 
 __all__ = [
     "DEFAULT_KAMAILIO_CFG", "MIN_RTP_PORTS_PER_WORKER", "WORKER_MAX_CALLS", "Child", "RestartPolicy", "Supervisor",
@@ -110,6 +112,10 @@ class SupervisorSettings:
     #: tell Kamailio at once when a worker process ends (else only its probes notice)
     notify_front: bool = True
     ping_interval_s: int = 1
+    #: sip.access of the config: the front enforces the same ACL and bans (agent/app/front_access.py)
+    access: AccessSettings = field(default_factory=AccessSettings)
+    #: extra Kamailio -A NAME=VALUE defines (--kamailio-define)
+    kamailio_defines: tuple[tuple[str, str], ...] = ()
 
 
 class Supervisor:
@@ -151,6 +157,7 @@ class Supervisor:
         self.speech: Child | None = None
         self.speech_address = ""
         self.front: Child | None = None
+        self.access_list: FrontAccessList | None = None
         self.state = "starting"
         self.ending = False
         self.exit_code = 0
@@ -187,12 +194,20 @@ class Supervisor:
                      s=s.ready_timeout_s)
         self._write_dispatcher_list()
         if s.front == "kamailio":
+            if s.access.enabled:
+                self.access_list = FrontAccessList(
+                    s.access, os.path.join(s.run_dir, "trusted.list"), self.reactor,
+                    lambda: self._in_thread(self._run, [s.kamcmd_bin, "-s", f"unix:{self.ctl_socket}",
+                                                        "permissions.addressReload"]))
+                yield self.access_list.start()
             if os.path.exists(self.ctl_socket):
                 os.unlink(self.ctl_socket)  # left by a Kamailio that was killed
             self.front = Child("kamailio", self._kamailio_argv(), self._env(), on_line=self._child_line,
                                on_exit=self._child_exit)
             self._start_child(self.front)
             yield self._wait_front_ready()
+            if self.access_list is not None:
+                self.access_list.running = True
         self.state = "ready"
         front = f", kamailio on {s.public_host}:{s.public_port}" if self.front else ""
         log.info("supervisor ready: {n} workers on SIP ports {first}-{last} (capacity {cap} each){front}, "
@@ -217,6 +232,9 @@ class Supervisor:
         ]
         if self.speech_address:
             argv += ["--embedded-speech", self.speech_address]
+        if s.front == "kamailio" and s.access.enabled:
+            # The worker believes the caller's address Kamailio sends in X-OpenClaw-Source.
+            argv += ["--front-source", s.public_host if s.public_host not in ("", "0.0.0.0") else "127.0.0.1"]
         return argv
 
     def _kamailio_argv(self) -> list[str]:
@@ -234,6 +252,9 @@ class Supervisor:
             defines["SIP_PORT"] = str(s.public_port)
         else:
             defines["LISTEN"] = f"udp:{s.public_host}:{s.public_port}"
+        if self.access_list is not None:
+            defines.update(front_defines(s.access, self.access_list.path))
+        defines.update(s.kamailio_defines)
         for name, value in defines.items():
             argv += ["-A", f"{name}={value}"]
         return argv
@@ -498,13 +519,20 @@ class Supervisor:
         merged = CollectorRegistry()
         families = merge_metrics(good)
         if self.front is not None:
-            front = Metric("openclaw_front_rejected", "INVITEs the Kamailio front refused itself", "counter")
+            front = Metric("openclaw_front_rejected", "Requests the Kamailio front refused or dropped itself",
+                           "counter")
             for key, reason in (("rejected_all_busy", "all_workers_busy"), ("rejected_no_worker", "no_worker_up"),
-                                ("rejected_flood", "flood")):  # kamailio.cfg: update_stat("openclaw_<key>")
+                                ("rejected_flood", "flood"), ("rejected_scanner", "scanner"),
+                                ("rejected_untrusted", "untrusted"),
+                                ("rejected_banned", "banned"), ("rejected_method", "method"),
+                                ("rejected_multipart", "multipart")):  # kamailio.cfg: update_stat("openclaw_<key>")
                 front.add_sample("openclaw_front_rejected_total", {"reason": reason}, self.front_stats.get(key, 0.0))
             dispatched = Metric("openclaw_front_dispatched", "INVITEs the Kamailio front dispatched", "counter")
             dispatched.add_sample("openclaw_front_dispatched_total", {}, self.front_stats.get("dispatched", 0.0))
-            families += [front, dispatched]
+            bans = Metric("openclaw_front_auth_bans", "Sources the Kamailio front banned after failed "
+                          "authentications", "counter")
+            bans.add_sample("openclaw_front_auth_bans_total", {}, self.front_stats.get("auth_bans", 0.0))
+            families += [front, dispatched, bans]
         merged.register(MetricFamilies(families))  # type: ignore[arg-type]
         return own + generate_latest(merged)
 

@@ -13,6 +13,7 @@ from agent.app.control_plane import listen_pages
 from agent.app.supervisor import DEFAULT_KAMAILIO_CFG, Supervisor, SupervisorSettings
 from agent.app.supervisor_plan import WORKER_MAX_CALLS, plan_workers
 from agent.app.supervisor_web import supervisor_pages
+from sip.doors import DoorSettings
 
 log = Logger(namespace="openclaw.supervisor")
 
@@ -50,7 +51,27 @@ def settings_from_args(args: Any, config: ServerConfig) -> SupervisorSettings:
         retry_after_s=sip.retry_after_s, embedded_speech=embedded,
         general_alongside_hints=config.speech.embedded_general_alongside_hints, drain_timeout_s=drain,
         log_format=args.log_format,
-        notify_front=os.environ.get("OPENCLAW_FRONT_NOTIFY", "1") != "0")
+        notify_front=os.environ.get("OPENCLAW_FRONT_NOTIFY", "1") != "0",
+        access=sip.access, kamailio_defines=doors_defines(sip.doors) + kamailio_defines(
+            getattr(args, "kamailio_define", None)))
+
+
+def doors_defines(doors: DoorSettings) -> tuple[tuple[str, str], ...]:
+    """The Kamailio defines of ``sip.doors`` (multipart: sdp_only reduces in the front as well)."""
+    if doors.multipart != "sdp_only":
+        return ()
+    return (("MULTIPART_SDP_ONLY", "1"), ("MULTIPART_MAX_BYTES", str(doors.multipart_max_bytes)))
+
+
+def kamailio_defines(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """``--kamailio-define NAME=VALUE`` options as pairs; ValueError on a malformed one."""
+    out = []
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--kamailio-define expects NAME=VALUE, got {item!r}")
+        out.append((name, value))
+    return tuple(out)
 
 
 def main_supervise(args: Any) -> int:
