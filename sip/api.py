@@ -1,12 +1,13 @@
 """What the SIP adapter (:mod:`sip.pjsua`) offers the application, declared without pjsua2."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from sip.gate import Rejection
 from sip.message import SipRequest
 from sip.registration import RegistrationConfig
+from sip.transport import SrtpSettings, TlsSettings
 
 if TYPE_CHECKING:
     from sip.pjsua import SipCall
@@ -33,6 +34,11 @@ class SipConfig:
     #: first RTP port (0: any free port) and how many ports to try from it
     rtp_port: int = 4000
     rtp_port_range: int = 200
+    #: SIP transports to listen on (udp, tcp, tls); TCP's port (0: ``port``); TLS and SRTP
+    transports: tuple[str, ...] = ("udp",)
+    tcp_port: int = 0
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    srtp: SrtpSettings = field(default_factory=SrtpSettings)
 
 
 class FrameSink(Protocol):

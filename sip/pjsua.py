@@ -1,4 +1,6 @@
-"""The pjsua2 adapter: the only module of the project that imports pjsua2.
+"""The pjsua2 adapter: with its helper :mod:`sip.pjsua_transports`, the only importer of pjsua2.
+
+(Over 600 lines: one pjsua2 adapter, whose callbacks and their guards belong together.)
 
 Threading model (see docs/architecture.md):
 
@@ -32,6 +34,8 @@ from twisted.logger import Logger
 from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
 from sip.gate import AdmissionGate, Rejection
 from sip.message import SipRequest, parse_request
+from sip.pjsua_transports import create_transports, set_srtp
+from sip.transport import sdp_offers_srtp
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
            "SipCall", "SipConfig", "SipStack"]
@@ -116,6 +120,9 @@ class _PjCall(pj.Call):
     def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:  # noqa: N802
         self._owner._on_media_state()
 
+    def onCallSdpCreated(self, prm: pj.OnCallSdpCreatedParam) -> None:  # noqa: N802
+        self._owner._on_sdp(prm.sdp.wholeSdp, prm.remSdp.wholeSdp)
+
     def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:  # noqa: N802
         self._owner._on_dtmf(prm.digit)
 
@@ -144,6 +151,9 @@ class SipCall:
         self.last_status = 0
         #: the speech region serving the call (sent on later legs as X-OpenClaw-Region)
         self.region = ""
+        #: the SDP this side last sent, and whether it keys SRTP (RFC 4568 a=crypto)
+        self.local_sdp = ""
+        self.srtp = False
 
     # -- attributes -----------------------------------------------------
     @property
@@ -156,6 +166,12 @@ class SipCall:
 
     def header(self, name: str) -> str | None:
         return self.request.header(name) if self.request else None
+
+    @property
+    def transport(self) -> str:
+        """The SIP transport an inbound call came over (udp, tcp, tls; '' when not known)."""
+        via = (self.header("via") or "").split(None, 1)
+        return via[0].rsplit("/", 1)[-1].lower() if via and via[0].upper().startswith("SIP/2.0/") else ""
 
     # -- actions (reactor thread) ---------------------------------------
     def attach_media(self, sink: FrameSink, source: FrameSource) -> None:
@@ -316,6 +332,13 @@ class SipCall:
                     pass
         self._stack._return_port(port)
 
+    def _on_sdp(self, local: str, remote: str) -> None:
+        # An answer carries a=crypto only when SRTP was agreed; an offer's is confirmed by the
+        # answer, which pjsua has accepted when the media comes up (a mandatory offer has no
+        # plain alternative).
+        self.local_sdp = local
+        self.srtp = sdp_offers_srtp(local) is True and (not remote or sdp_offers_srtp(remote) is True)
+
     def _on_dtmf(self, digit: str) -> None:
         if not self.disconnected:
             _safe(self.callbacks.on_dtmf, digit)
@@ -358,6 +381,8 @@ class SipStack:
         self._stats_poller: LoopingCall | None = None
         self._gate: AdmissionGate | None = None
         self.bound_port = 0
+        #: the port each SIP transport listens on, by name (udp, tcp, tls)
+        self.bound_ports: dict[str, int] = {}
 
     @property
     def calls(self) -> list[SipCall]:
@@ -384,15 +409,8 @@ class SipStack:
                             ("jbMaxPre", self.config.jb_max_pre_ms), ("jbMax", self.config.jb_max_ms)):
             setattr(med, attr, value)
         ep.libInit(epc)
-        tcfg = pj.TransportConfig()
-        tcfg.port = self.config.port
-        if self.config.host not in ("", "0.0.0.0"):
-            tcfg.boundAddress = self.config.host
-        if self.config.public_address:
-            tcfg.publicAddress = self.config.public_address
-        tid = ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, tcfg)
-        self.bound_port = ep.transportGetInfo(tid).localName.rsplit(":", 1)[-1]
-        self.bound_port = int(self.bound_port)
+        self.bound_ports = create_transports(ep, self.config)
+        self.bound_port = next(iter(self.bound_ports.values()))
         ep.audDevManager().setNullDev()
         self._set_codecs(ep)
         ep.libStart()
@@ -431,6 +449,7 @@ class SipStack:
                 acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", reg.realm, reg.username, 0, reg.password))
         else:
             acfg.regConfig.registerOnAdd = False
+        set_srtp(acfg.mediaConfig, self.config.srtp)
         acfg.mediaConfig.transportConfig.port = self.config.rtp_port
         acfg.mediaConfig.transportConfig.portRange = self.config.rtp_port_range if self.config.rtp_port else 0
         if self.config.host not in ("", "0.0.0.0"):
@@ -580,7 +599,24 @@ class SipStack:
             return Rejection(400, f"Bad Request ({e})"[:120])
         if request.method != "INVITE" or request.to_tag:
             return None
-        return self._handler.admit(request)
+        refused = self._srtp_refusal(request)
+        return refused if refused is not None else self._handler.admit(request)
+
+    def _srtp_refusal(self, request: SipRequest) -> Rejection | None:
+        """Mandatory SRTP: a plain RTP offer (or one over a hop that is not TLS when keys must
+        travel over TLS) gets 488 here, before pjsua allocates a call for it."""
+        srtp = self.config.srtp
+        if srtp.policy != "mandatory":
+            return None
+        if srtp.require_tls and not (request.header("via") or "").upper().startswith("SIP/2.0/TLS"):
+            why = "SRTP keys only over TLS"
+        elif sdp_offers_srtp(request.body) is False:
+            why = "SRTP required"
+        else:
+            return None
+        log.info("call {call_id} from {caller} refused: 488 ({why})", call_id=request.call_id,
+                 caller=request.caller, why=why)
+        return Rejection(488, f"Not Acceptable Here ({why})", (("Warning", f'399 openclaw "{why}"'),))
 
 
 def _add_headers(prm: pj.CallOpParam, headers: tuple[tuple[str, str], ...]) -> None:

@@ -10,8 +10,10 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from agent.app.config_sip import TRANSPORT_KEYS, read_transport_keys
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.registration import RegistrationConfig
+from sip.transport import SrtpSettings, TlsSettings
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_DIALPLAN = os.path.join(PACKAGE_ROOT, "dialplans", "default.yaml")
@@ -28,6 +30,11 @@ class SipSettings:
     rtp_port: int = 4000
     rtp_port_range: int = 200
     registration: RegistrationConfig | None = None
+    #: SIP transports (udp, tcp, tls), the TCP port (0: ``port``), TLS and SRTP (docs/sip-trunk.md)
+    transports: tuple[str, ...] = ("udp",)
+    tcp_port: int = 0
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    srtp: SrtpSettings = field(default_factory=SrtpSettings)
 
 
 @dataclass(frozen=True)
@@ -244,7 +251,7 @@ def load_config(path: str | None) -> ServerConfig:
     sip = SipSettings()
     if (r := top.sub("sip")) is not None:
         r.check_keys(("host", "port", "public_address", "capacity", "retry_after_s", "codecs",
-                      "rtp_port", "rtp_port_range", "registration"))
+                      "rtp_port", "rtp_port_range", "registration") + TRANSPORT_KEYS)
         codecs = r.strings("codecs", sip.codecs)
         for c in codecs:
             if c not in ("PCMU", "PCMA", "G722"):
@@ -266,7 +273,7 @@ def load_config(path: str | None) -> ServerConfig:
             retry_after_s=r.get("retry_after_s", int, sip.retry_after_s, _positive),
             codecs=codecs, rtp_port=r.get("rtp_port", int, sip.rtp_port, _port),
             rtp_port_range=r.get("rtp_port_range", int, sip.rtp_port_range, _positive),
-            registration=reg)
+            registration=reg, **read_transport_keys(r, base))
 
     media = MediaSettings()
     if (r := top.sub("media")) is not None:

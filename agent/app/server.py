@@ -165,7 +165,8 @@ class AgentServer:
         self._start_web()
         self._start_sip()
         self.ready = True
-        log.info("ready: SIP on {host}:{port} (capacity {cap}), metrics on {mhost}:{mport}",
+        log.info("ready: SIP on {host}:{port} (capacity {cap}), metrics on {mhost}:{mport}; transports {tps}",
+                 tps=" ".join(f"{k}:{v}" for k, v in (self.stack.bound_ports if self.stack else {}).items()),
                  host=self.config.sip.host, port=self.stack.bound_port if self.stack else 0,
                  cap=self.capacity, mhost=self.config.metrics.host,
                  mport=self.web_port.getHost().port if self.web_port else 0)
@@ -207,7 +208,8 @@ class AgentServer:
         cfg = SipConfig(host=s.host, port=s.port, public_address=s.public_address, codecs=s.codecs,
                         frame_ms=m.frame_ms, jb_init_ms=m.jb_init_ms, jb_min_pre_ms=m.jb_min_pre_ms,
                         jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=s.registration,
-                        rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range)
+                        rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range,
+                        transports=s.transports, tcp_port=s.tcp_port, tls=s.tls, srtp=s.srtp)
         self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration)
         self.stack.start()
 
@@ -514,6 +516,7 @@ class AgentServer:
         call = info.sip_call
         if call is not None:
             record["rtp"] = call.rtp_stats()
+            record["sip"] = {"transport": call.transport, "srtp": call.srtp}
         self.metrics.playout_underruns.inc(session.playout.underruns)
         if self.worker_id is not None:
             record["worker"] = self.worker_id

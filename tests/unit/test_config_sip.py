@@ -1,0 +1,57 @@
+"""The sip.transports / sip.tls / sip.srtp keys, and the SDP check behind mandatory SRTP."""
+from __future__ import annotations
+
+import pytest
+
+from agent.app.config import load_config
+from agent.yamlmarks import ConfigError
+from sip.transport import SrtpSettings, TlsSettings, sdp_offers_srtp
+
+
+def _load(tmp_path, text: str):  # type: ignore[no-untyped-def]
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return load_config(str(p))
+
+
+def test_defaults_are_udp_without_srtp(tmp_path) -> None:
+    """No transport keys: UDP only, SRTP off, TLS 1.2 minimum if TLS is ever turned on."""
+    cfg = _load(tmp_path, "sip:\n  port: 5070\n")
+    assert cfg.sip.transports == ("udp",) and cfg.sip.srtp == SrtpSettings() and cfg.sip.tls.min_version == "1.2"
+
+
+def test_tls_paths_are_relative_to_the_config_file_and_off_means_off(tmp_path) -> None:
+    """Certificate paths resolve next to the config; a bare YAML `off` is the policy, not false."""
+    for name in ("cert.pem", "key.pem", "ca.pem"):
+        (tmp_path / name).write_text("x")
+    cfg = _load(tmp_path, "sip:\n  transports: [udp, tls]\n  tls:\n    certificate: cert.pem\n"
+                          "    private_key: key.pem\n    ca_file: ca.pem\n    client_certificate: require\n"
+                          "    min_version: 1.3\n  srtp:\n    policy: off\n")
+    assert cfg.sip.tls == TlsSettings(certificate_file=str(tmp_path / "cert.pem"),
+                                      private_key_file=str(tmp_path / "key.pem"), ca_file=str(tmp_path / "ca.pem"),
+                                      client_certificate="require", min_version="1.3")
+    assert cfg.sip.srtp.policy == "off"
+
+
+def test_transport_errors_name_the_line(tmp_path) -> None:
+    """Unknown transport, tls without a certificate, a missing file, a bad policy: all reported."""
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, "sip:\n  transports: [udp, sctp, tls]\n  tls:\n    ca_file: nowhere.pem\n"
+                        "    client_certificate: verify\n  srtp:\n    policy: always\n")
+    text = str(e.value)
+    assert ":2:15: config.sip.transports: expected a list of distinct transports from udp, tcp, tls, got 'sctp'" in text
+    assert "config.sip.tls.ca_file: no such file: " in text
+    assert "config.sip.srtp.policy: expected one of off, optional, mandatory, got 'always'" in text
+    with pytest.raises(ConfigError, match="the tls transport needs 'certificate' and 'private_key'"):
+        _load(tmp_path, "sip:\n  transports: [tls]\n")
+    with pytest.raises(ConfigError, match="mandatory SRTP with require_tls needs the tls transport"):
+        _load(tmp_path, "sip:\n  srtp:\n    policy: mandatory\n    require_tls: true\n")
+
+
+def test_sdp_offers_srtp() -> None:
+    """SAVP profiles or an inline a=crypto key are SRTP offers; plain AVP is not; no SDP is None."""
+    plain = "v=0\r\nm=audio 4000 RTP/AVP 0 101\r\na=rtpmap:0 PCMU/8000\r\n"
+    assert sdp_offers_srtp(plain) is False
+    assert sdp_offers_srtp(plain.replace("RTP/AVP", "RTP/SAVP")) is True
+    assert sdp_offers_srtp(plain + "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9\r\n")
+    assert sdp_offers_srtp("") is None
