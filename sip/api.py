@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from sip.gate import Rejection
 from sip.message import SipRequest
 from sip.registration import RegistrationConfig
+from sip.dialog import SessionTimerSettings
 from sip.transport import SrtpSettings, TlsSettings
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class SipConfig:
     tcp_port: int = 0
     tls: TlsSettings = field(default_factory=TlsSettings)
     srtp: SrtpSettings = field(default_factory=SrtpSettings)
+    #: RFC 4028 session timers of every call
+    session_timers: SessionTimerSettings = field(default_factory=SessionTimerSettings)
 
 
 class FrameSink(Protocol):
@@ -79,3 +82,5 @@ class CallCallbacks:
     on_transfer_status: Callable[[int, str, bool], None] = lambda code, reason, final: None
     on_disconnected: Callable[[int, str], None] = lambda code, reason: None
     on_confirmed: Callable[[], None] = lambda: None
+    #: the far end put the call on hold (True: sendonly/inactive media) or resumed it (False)
+    on_hold: Callable[[bool], None] = lambda held: None

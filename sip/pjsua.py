@@ -33,8 +33,9 @@ from twisted.logger import Logger
 
 from sip.api import CallCallbacks, CallHandler, FrameSink, FrameSource, SipConfig
 from sip.gate import AdmissionGate, Rejection
+from sip.info_dtmf import InfoDtmfModule
 from sip.message import SipRequest, parse_request
-from sip.pjsua_transports import create_transports, set_srtp
+from sip.pjsua_transports import create_transports, set_session_timers, set_srtp
 from sip.transport import sdp_offers_srtp
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
@@ -50,6 +51,10 @@ CODEC_IDS = {
     "PCMA": "PCMA/8000",
     "G722": "G722/16000",
 }
+
+
+#: media states of a call the far end holds (sendonly: REMOTE_HOLD; inactive: NONE)
+_HELD = (pj.PJSUA_CALL_MEDIA_REMOTE_HOLD, pj.PJSUA_CALL_MEDIA_NONE)
 
 
 class _MediaPort(pj.AudioMediaPort):
@@ -123,6 +128,15 @@ class _PjCall(pj.Call):
     def onCallSdpCreated(self, prm: pj.OnCallSdpCreatedParam) -> None:  # noqa: N802
         self._owner._on_sdp(prm.sdp.wholeSdp, prm.remSdp.wholeSdp)
 
+    def onCallTsxState(self, prm: pj.OnCallTsxStateParam) -> None:  # noqa: N802
+        if self._owner.request is None:  # an outbound call learns from the answer whether it got SRTP
+            try:
+                e = prm.e
+                if e.type == pj.PJSIP_EVENT_TSX_STATE and e.body.tsxState.type == pj.PJSIP_EVENT_RX_MSG:
+                    self._owner._on_answer_message(e.body.tsxState.src.rdata.wholeMsg)
+            except Exception:
+                log.failure("reading a response of an outbound call")
+
     def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:  # noqa: N802
         self._owner._on_dtmf(prm.digit)
 
@@ -154,6 +168,10 @@ class SipCall:
         #: the SDP this side last sent, and whether it keys SRTP (RFC 4568 a=crypto)
         self.local_sdp = ""
         self.srtp = False
+        #: the far end has the call on hold
+        self.held = False
+        #: the call's audio goes to another call (bridged transfer), not to the agent
+        self._bridged = False
 
     # -- attributes -----------------------------------------------------
     @property
@@ -229,6 +247,7 @@ class SipCall:
             if self._port is not None:
                 self._media.stopTransmit(self._port)
                 self._port.stopTransmit(self._media)
+            self._bridged = True
             self._media.startTransmit(other._media)
             other._media.startTransmit(self._media)
         except pj.Error as e:
@@ -300,16 +319,38 @@ class SipCall:
                 except pj.Error as e:
                     log.warn("no audio media: {err}", err=e.info(), call_id=self.sip_call_id)
                     return
-                self._connect_media()
+                self._connect_media()  # again after a re-INVITE: the stream may be a new one
+                if self.held:
+                    self.held = False
+                    _safe(self.callbacks.on_hold, False)
                 _safe(self.callbacks.on_media_active)
                 return
+            if mi.type == pj.PJMEDIA_TYPE_AUDIO and mi.status in _HELD and self.confirmed:
+                self._hold_media()
+                return
+
+    def _hold_media(self) -> None:
+        """The far end holds the call (sendonly/inactive): cut the session off its audio (music
+        on hold is not the caller speaking) until the media is active again."""
+        media, self._media = self._media, None
+        if media is not None and self._port is not None:
+            for src, dst in ((media, self._port), (self._port, media)):
+                try:
+                    src.stopTransmit(dst)
+                except pj.Error:
+                    pass
+        if not self.held:
+            self.held = True
+            _safe(self.callbacks.on_hold, True)
 
     def _connect_media(self) -> None:
-        if self._media is None or self._sink is None or self._source is None or self._port is not None:
+        if self._media is None or self._sink is None or self._source is None or self._bridged:
             return
-        port = self._stack._acquire_port()
-        port.bind(self._sink, self._source)
-        self._port = port
+        port = self._port
+        if port is None:
+            port = self._stack._acquire_port()
+            port.bind(self._sink, self._source)
+            self._port = port
         try:
             self._media.startTransmit(port)
             port.startTransmit(self._media)
@@ -338,6 +379,11 @@ class SipCall:
         # plain alternative).
         self.local_sdp = local
         self.srtp = sdp_offers_srtp(local) is True and (not remote or sdp_offers_srtp(remote) is True)
+
+    def _on_answer_message(self, text: str) -> None:
+        head, _, body = text.replace("\r\n", "\n").partition("\n\n")
+        if head.startswith("SIP/2.0 2") and " INVITE" in head and sdp_offers_srtp(body) is not None:
+            self.srtp = sdp_offers_srtp(body) is True
 
     def _on_dtmf(self, digit: str) -> None:
         if not self.disconnected:
@@ -380,6 +426,7 @@ class SipStack:
         self._poller: LoopingCall | None = None
         self._stats_poller: LoopingCall | None = None
         self._gate: AdmissionGate | None = None
+        self._info_dtmf: InfoDtmfModule | None = None
         self.bound_port = 0
         #: the port each SIP transport listens on, by name (udp, tcp, tls)
         self.bound_ports: dict[str, int] = {}
@@ -417,6 +464,7 @@ class SipStack:
         self._ep = ep
         if self._handler is not None:
             self._gate = AdmissionGate(self._admit, self._options)
+            self._info_dtmf = InfoDtmfModule(self._gate._raw_message, self._on_info_key)
         self._account = self._create_account()
         self._poller = LoopingCall(self._poll)
         self._poller.clock = self._reactor
@@ -450,6 +498,7 @@ class SipStack:
         else:
             acfg.regConfig.registerOnAdd = False
         set_srtp(acfg.mediaConfig, self.config.srtp)
+        set_session_timers(acfg.callConfig, self.config.session_timers)
         acfg.mediaConfig.transportConfig.port = self.config.rtp_port
         acfg.mediaConfig.transportConfig.portRange = self.config.rtp_port_range if self.config.rtp_port else 0
         if self.config.host not in ("", "0.0.0.0"):
@@ -497,6 +546,8 @@ class SipStack:
             self._account = None
         if self._gate is not None:
             self._gate.unregister()
+        if self._info_dtmf is not None:
+            self._info_dtmf.unregister()
         self._ep.libDestroy()
         self._ep = None
 
@@ -573,6 +624,14 @@ class SipStack:
 
     def _bury(self, call: SipCall) -> None:
         call._pj = None
+
+    def _on_info_key(self, call_id: str, key: str) -> bool:
+        """A key from an ``application/dtmf`` INFO (see sip/info_dtmf.py): to its call, if any."""
+        for call in self.calls:
+            if call.sip_call_id == call_id and not call.disconnected:
+                call._on_dtmf(key)
+                return True
+        return False
 
     def _on_reg_state(self, code: int, reason: str, expiration: int) -> None:
         if self._on_registration is not None:

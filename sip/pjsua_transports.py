@@ -1,4 +1,4 @@
-"""Part of the pjsua2 adapter: SIP transports (UDP, TCP, TLS) and SRTP account settings.
+"""Part of the pjsua2 adapter: SIP transports (UDP, TCP, TLS), SRTP and session-timer settings.
 
 Only :mod:`sip.pjsua` uses it; it turns :mod:`sip.transport`'s settings into pjsua2's.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 import pjsua2 as pj
 
 from sip.api import SipConfig
+from sip.dialog import SessionTimerSettings
 from sip.transport import SrtpSettings, TlsSettings
 
 _TYPES = {"udp": pj.PJSIP_TRANSPORT_UDP, "tcp": pj.PJSIP_TRANSPORT_TCP, "tls": pj.PJSIP_TRANSPORT_TLS}
@@ -66,3 +67,15 @@ def set_srtp(media: pj.AccountMediaConfig, srtp: SrtpSettings) -> None:
         keyings = pj.IntVector()
         keyings.append(pj.PJMEDIA_SRTP_KEYING_SDES)
         media.srtpOpt.keyings = keyings
+
+
+_TIMER_USE = {"off": pj.PJSUA_SIP_TIMER_INACTIVE, "optional": pj.PJSUA_SIP_TIMER_OPTIONAL,
+              "required": pj.PJSUA_SIP_TIMER_REQUIRED, "always": pj.PJSUA_SIP_TIMER_ALWAYS}
+
+
+def set_session_timers(call: pj.AccountCallConfig, timers: SessionTimerSettings) -> None:
+    """RFC 4028 session timers: pjsip refreshes (or expects refreshes) and sends BYE when a
+    session interval passes unrefreshed."""
+    call.timerUse = _TIMER_USE[timers.mode]
+    call.timerSessExpiresSec = timers.expires_s
+    call.timerMinSESec = timers.min_se_s

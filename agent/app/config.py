@@ -13,6 +13,7 @@ from typing import Any, Callable
 from agent.app.config_sip import TRANSPORT_KEYS, read_transport_keys
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.registration import RegistrationConfig
+from sip.dialog import AnswerSettings, SessionTimerSettings
 from sip.transport import SrtpSettings, TlsSettings
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +36,9 @@ class SipSettings:
     tcp_port: int = 0
     tls: TlsSettings = field(default_factory=TlsSettings)
     srtp: SrtpSettings = field(default_factory=SrtpSettings)
+    #: ringing / early media before the answer, and RFC 4028 session timers
+    answer: AnswerSettings = field(default_factory=AnswerSettings)
+    session_timers: SessionTimerSettings = field(default_factory=SessionTimerSettings)
 
 
 @dataclass(frozen=True)

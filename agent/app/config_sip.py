@@ -1,6 +1,6 @@
-"""The ``sip.transports``, ``sip.tcp_port``, ``sip.tls`` and ``sip.srtp`` keys of the config file.
+"""The ``sip.transports``, ``tcp_port``, ``tls``, ``srtp``, ``answer`` and ``session_timers`` keys.
 
-Read into :mod:`sip.transport`'s frozen settings; errors name file:line like the rest of
+Read into :mod:`sip.transport`'s and :mod:`sip.dialog`'s frozen settings; errors name file:line like the rest of
 :mod:`agent.app.config`. See docs/configuration.md and docs/sip-trunk.md.
 """
 from __future__ import annotations
@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from sip.dialog import SESSION_TIMER_MODES, AnswerSettings, SessionTimerSettings
 from sip.transport import CLIENT_CERTIFICATE_MODES, SRTP_POLICIES, TLS_VERSIONS, TRANSPORTS, SrtpSettings, TlsSettings
 
 if TYPE_CHECKING:
     from agent.app.config import _Reader
 
 #: the keys of ``sip`` this module reads
-TRANSPORT_KEYS = ("transports", "tcp_port", "tls", "srtp")
+TRANSPORT_KEYS = ("transports", "tcp_port", "tls", "srtp", "answer", "session_timers")
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:
@@ -77,4 +78,24 @@ def read_transport_keys(r: "_Reader", base: str) -> dict[str, Any]:
             errors.append((rs.node.mark, "config.sip.srtp: mandatory SRTP with require_tls needs the tls "
                                          "transport in sip.transports (no call could be set up)"))
     out["srtp"] = srtp
+    answer = AnswerSettings()
+    if (ra := r.sub("answer")) is not None:
+        ra.check_keys(("ring_ms", "early_media"))
+        answer = AnswerSettings(ring_ms=ra.get("ring_ms", int, 0, lambda v: None if 0 <= v <= 60000
+                                                else "expected 0-60000 (ms of ringing before the answer)"),
+                                early_media=ra.get("early_media", bool, False))
+    out["answer"] = answer
+    timers = SessionTimerSettings()
+    if (rs := r.sub("session_timers")) is not None:
+        rs.check_keys(("mode", "expires_s", "min_se_s"))
+        mode_node = rs.values.get("mode")
+        if mode_node is not None and mode_node.value is False:
+            mode_node.value = "off"  # YAML 1.1 reads a bare off as false
+        min_se = rs.get("min_se_s", int, timers.min_se_s,
+                        lambda v: None if v >= 90 else "expected 90 or more (RFC 4028's smallest Min-SE)")
+        expires = rs.get("expires_s", int, timers.expires_s,
+                         lambda v: None if v >= min_se else f"expected at least min_se_s ({min_se})")
+        timers = SessionTimerSettings(mode=rs.get("mode", str, timers.mode, _one_of(SESSION_TIMER_MODES)),
+                                      expires_s=expires, min_se_s=min_se)
+    out["session_timers"] = timers
     return out

@@ -23,6 +23,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from agent.app.admission import Admitted, flow_needs, source_ip
+from agent.app.answering import answer_call
 from agent.app.call_records import append_record
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
@@ -209,7 +210,8 @@ class AgentServer:
                         frame_ms=m.frame_ms, jb_init_ms=m.jb_init_ms, jb_min_pre_ms=m.jb_min_pre_ms,
                         jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=s.registration,
                         rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range,
-                        transports=s.transports, tcp_port=s.tcp_port, tls=s.tls, srtp=s.srtp)
+                        transports=s.transports, tcp_port=s.tcp_port, tls=s.tls, srtp=s.srtp,
+                        session_timers=s.session_timers)
         self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration)
         self.stack.start()
 
@@ -476,6 +478,7 @@ class AgentServer:
 
         call.callbacks.on_media_active = media_active
         call.callbacks.on_dtmf = session.on_dtmf
+        call.callbacks.on_hold = session.on_hold
         call.callbacks.on_transfer_status = session.on_transfer_status
 
         def disconnected(code: int, reason: str) -> None:
@@ -490,7 +493,7 @@ class AgentServer:
         log.info("call {call_id} from {caller} to {called}: answering with flow {flow}, region {region} ({why})",
                  call_id=cid, caller=call.caller, called=call.called, flow=admitted.flow, region=selection.region,
                  why=selection.reason)
-        call.answer(200, headers=(("X-OpenClaw-Region", selection.region),))
+        answer_call(self.reactor, call, self.config.sip.answer, (("X-OpenClaw-Region", selection.region),))
 
     def _session_ended(self, session: CallSession) -> None:
         if self.sessions.pop(session.call_id, None) is None:

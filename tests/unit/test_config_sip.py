@@ -55,3 +55,21 @@ def test_sdp_offers_srtp() -> None:
     assert sdp_offers_srtp(plain.replace("RTP/AVP", "RTP/SAVP")) is True
     assert sdp_offers_srtp(plain + "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9\r\n")
     assert sdp_offers_srtp("") is None
+
+
+def test_answer_and_session_timer_keys(tmp_path) -> None:
+    """sip.answer and sip.session_timers are read (a bare `off` mode is the mode, not false)."""
+    from sip.dialog import AnswerSettings, SessionTimerSettings
+
+    cfg = _load(tmp_path, "sip:\n  answer:\n    ring_ms: 2000\n    early_media: true\n"
+                          "  session_timers:\n    mode: off\n    expires_s: 600\n    min_se_s: 120\n")
+    assert cfg.sip.answer == AnswerSettings(ring_ms=2000, early_media=True)
+    assert cfg.sip.session_timers == SessionTimerSettings(mode="off", expires_s=600, min_se_s=120)
+    assert _load(tmp_path, "sip: {}\n").sip.session_timers == SessionTimerSettings()
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, "sip:\n  answer:\n    ring_ms: -1\n  session_timers:\n    mode: sometimes\n"
+                        "    min_se_s: 30\n    expires_s: 60\n")
+    text = str(e.value)
+    assert "config.sip.answer.ring_ms: expected 0-60000" in text
+    assert "config.sip.session_timers.mode: expected one of off, optional, required, always" in text
+    assert "config.sip.session_timers.min_se_s: expected 90 or more" in text
