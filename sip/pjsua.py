@@ -36,7 +36,7 @@ from sip.gate import AdmissionGate, Rejection
 from sip.info_dtmf import InfoDtmfModule
 from sip.message import SipRequest, parse_request
 from sip.pjsua_transports import create_transports, set_session_timers, set_srtp
-from sip.transport import sdp_offers_srtp
+from sip.transport import sdp_offers_srtp, srtp_refusal
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
            "SipCall", "SipConfig", "SipStack"]
@@ -374,9 +374,8 @@ class SipCall:
         self._stack._return_port(port)
 
     def _on_sdp(self, local: str, remote: str) -> None:
-        # An answer carries a=crypto only when SRTP was agreed; an offer's is confirmed by the
-        # answer, which pjsua has accepted when the media comes up (a mandatory offer has no
-        # plain alternative).
+        # An inbound call's answer carries a=crypto only when SRTP was agreed; an outbound
+        # call's offer is settled by the answer it gets (_on_answer_message).
         self.local_sdp = local
         self.srtp = sdp_offers_srtp(local) is True and (not remote or sdp_offers_srtp(remote) is True)
 
@@ -664,14 +663,8 @@ class SipStack:
     def _srtp_refusal(self, request: SipRequest) -> Rejection | None:
         """Mandatory SRTP: a plain RTP offer (or one over a hop that is not TLS when keys must
         travel over TLS) gets 488 here, before pjsua allocates a call for it."""
-        srtp = self.config.srtp
-        if srtp.policy != "mandatory":
-            return None
-        if srtp.require_tls and not (request.header("via") or "").upper().startswith("SIP/2.0/TLS"):
-            why = "SRTP keys only over TLS"
-        elif sdp_offers_srtp(request.body) is False:
-            why = "SRTP required"
-        else:
+        why = srtp_refusal(self.config.srtp, request.header("via") or "", request.body)
+        if why is None:
             return None
         log.info("call {call_id} from {caller} refused: 488 ({why})", call_id=request.call_id,
                  caller=request.caller, why=why)

@@ -63,3 +63,18 @@ def sdp_offers_srtp(sdp: str) -> bool | None:
     if any(p.upper().startswith("RTP/SAVP") for p in profiles):
         return True
     return bool(_CRYPTO_LINE.search(text))
+
+
+def srtp_refusal(srtp: SrtpSettings, top_via: str, sdp: str) -> str | None:
+    """Why an INVITE (its top Via, its SDP) must be refused 488 under *srtp* (None: it need not).
+
+    Only ``mandatory`` refuses: a plain RTP offer, or, with ``require_tls``, an offer that did
+    not come over TLS. An INVITE without SDP is let through (the agent's answer offers SRTP).
+    """
+    if srtp.policy != "mandatory":
+        return None
+    if srtp.require_tls and not top_via.strip().upper().startswith("SIP/2.0/TLS"):
+        return "SRTP keys only over TLS"
+    if sdp_offers_srtp(sdp) is False:
+        return "SRTP required"
+    return None

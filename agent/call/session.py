@@ -31,8 +31,8 @@ from twisted.logger import Logger
 from agent.app.metrics import AgentMetrics
 from agent.call.barge import BargeController
 from agent.call.bargein import BargeIn, BargeInConfig
-from agent.call.hold import CallHold
 from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, is_backchannel
+from agent.call.hold import CallHold
 from agent.call.pipeline import PERIODIC_VOICE, SIBILANT_DB, MediaPipeline
 from agent.call.prosody import ProsodyTracker
 from agent.call.ports import CallControl, PromptCache, Reactor, cancel

@@ -240,6 +240,8 @@ class TestCaller:
         except Exception as e:
             self.report.error = f"{type(e).__name__}: {e}"
         finally:
+            if self.call is not None and self.report.answered:
+                self.report.srtp = self.call.srtp  # settled by the answer's SDP
             if self.call is not None and not self.call.disconnected:
                 self.call.hangup()
                 self.report.hung_up_by = self.report.hung_up_by or "caller"
@@ -257,7 +259,6 @@ class TestCaller:
         def confirmed() -> None:
             self.report.answered = True
             self.report.codec = call.codec
-            self.report.srtp = call.srtp
             if not self._confirmed.called:
                 self._confirmed.callback(None)
 

@@ -258,8 +258,10 @@ def test_session_timer_reaps_a_dead_dialog(timer_agent: AgentProcess, tmp_path) 
 
 
 def test_rfc4733_dtmf_still_works(ringing_agent: AgentProcess) -> None:
-    """The RFC 4733 path next to INFO: the pjsua2 caller's key 1 (telephone-event) gets the balance."""
-    code, report, out = run_caller(ringing_agent.uri, "--dtmf", "1", timeout_s=120)
+    """The RFC 4733 path next to INFO: the pjsua2 caller's key 1 (telephone-event) gets the balance.
+    (Its optional SRTP offer is answered with plain RTP by an agent whose SRTP is off.)"""
+    code, report, out = run_caller(ringing_agent.uri, "--dtmf", "1", "--srtp", "optional", timeout_s=120)
     assert code == 0, out[-3000:]
+    assert report["srtp"] is False, report  # keys offered, but this agent's SRTP is off
     assert "balance" in str(report["turns"][0]["agent_text"]), report  # type: ignore[index]
 

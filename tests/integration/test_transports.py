@@ -178,7 +178,8 @@ def test_admission_sees_tcp_and_tls_and_udp(srtp_agent: TlsAgent, tmp_path) -> N
 
 def test_client_certificate_required(tmp_path, pki: Pki) -> None:
     """client_certificate: require refuses a TLS client without a certificate and answers one
-    with a certificate the CA signed (here with plain RTP: SRTP optional, not offered)."""
+    with a certificate the CA signed; with SRTP optional, a caller that offers no keys gets
+    plain RTP and one that offers keys (RTP/AVP with a=crypto) gets SRTP."""
     a = _start(str(tmp_path), pki, "optional", "require", capacity=2)
     try:
         code, report, out = run_caller(a.tls_uri, "--transport", "tls", "--tls-ca", pki.ca_file, "--dtmf", "1",
@@ -189,6 +190,13 @@ def test_client_certificate_required(tmp_path, pki: Pki) -> None:
         assert code == 0 and report.get("answered") and report["srtp"] is False, out[-3000:]
         _idle(a.agent)
         assert a.agent.records()[-1]["sip"] == {"transport": "tls", "srtp": False}
+        # SRTP optional on both sides: the caller's keyed RTP/AVP offer is taken
+        code, report, out = run_caller(a.tls_uri, "--transport", "tls", "--tls-ca", pki.ca_file,
+                                       "--tls-cert", pki.client_cert, "--tls-key", pki.client_key,
+                                       "--srtp", "optional", "--dtmf", "1")
+        assert code == 0 and report["srtp"] is True, out[-3000:]
+        _idle(a.agent)
+        assert a.agent.records()[-1]["sip"] == {"transport": "tls", "srtp": True}
     finally:
         assert stop_agent(a.agent) == 0
     assert "Traceback" not in a.agent.log(), a.agent.log()[-6000:]

@@ -73,3 +73,38 @@ def test_answer_and_session_timer_keys(tmp_path) -> None:
     assert "config.sip.answer.ring_ms: expected 0-60000" in text
     assert "config.sip.session_timers.mode: expected one of off, optional, required, always" in text
     assert "config.sip.session_timers.min_se_s: expected 90 or more" in text
+
+
+def test_srtp_refusal() -> None:
+    """Only mandatory refuses: a plain offer; with require_tls, anything not over TLS; no SDP passes."""
+    from sip.transport import srtp_refusal
+
+    plain = "v=0\r\nm=audio 4000 RTP/AVP 0\r\n"
+    keyed = "v=0\r\nm=audio 4000 RTP/SAVP 0\r\n"
+    udp, tls = "SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK1", "SIP/2.0/TLS 10.0.0.1:5061;branch=z9hG4bK1"
+    assert srtp_refusal(SrtpSettings("optional"), udp, plain) is None
+    assert srtp_refusal(SrtpSettings("mandatory"), udp, plain) == "SRTP required"
+    assert srtp_refusal(SrtpSettings("mandatory"), udp, keyed) is None
+    assert srtp_refusal(SrtpSettings("mandatory"), udp, "") is None
+    assert srtp_refusal(SrtpSettings("mandatory", require_tls=True), udp, keyed) == "SRTP keys only over TLS"
+    assert srtp_refusal(SrtpSettings("mandatory", require_tls=True), tls, keyed) is None
+    assert srtp_refusal(SrtpSettings("mandatory", require_tls=True), tls, plain) == "SRTP required"
+
+
+def test_workers_cannot_share_a_tls_or_fixed_tcp_port(tmp_path) -> None:
+    """`serve --workers 2` with the tls transport (or a fixed tcp_port) is refused with the reason,
+    instead of workers failing to bind one port."""
+    import argparse
+
+    from agent.app.supervisor_main import settings_from_args
+
+    for name in ("c.pem", "k.pem"):
+        (tmp_path / name).write_text("x")
+    cfg = _load(tmp_path, "sip:\n  transports: [udp, tls]\n  tls:\n    certificate: c.pem\n    private_key: k.pem\n")
+    args = argparse.Namespace(host=None, port=None, capacity=None, metrics_port=None, rtp_port=None,
+                              rtp_port_range=None, call_records=None, worker_host=None, worker_port=None,
+                              workers=2, config=None, dialplan=None, speech_uri=None)
+    with pytest.raises(ValueError, match="which 2 workers cannot share"):
+        settings_from_args(args, cfg)
+    with pytest.raises(ValueError, match="which 2 workers cannot share"):
+        settings_from_args(args, _load(tmp_path, "sip:\n  tcp_port: 5070\n"))
