@@ -72,6 +72,8 @@ class PlayoutBuffer:
         self.voiced_frames = 0
         self._paused = False
         self._paused_at = 0.0
+        #: the line is on hold: nothing is played, nothing moves, until release()
+        self._held = False
         self._bytes_per_s = sample_rate_hz * BYTES_PER_SAMPLE
         #: bytes of prompt silence a resume skipped, in total
         self.skipped_bytes = 0
@@ -159,6 +161,24 @@ class PlayoutBuffer:
     def paused(self) -> bool:
         return self._paused
 
+    def hold(self) -> None:
+        """The call is on hold: send silence and keep every queued segment as it is (audio
+        queued meanwhile waits too) until :meth:`release`. Independent of pause/resume."""
+        with self._lock:
+            self._held = True
+
+    def release(self) -> None:
+        """Off hold: play on from where the hold stopped (the first frame faded in)."""
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+            self._fade_in = bool(self._segments and self._segments[0].started and not self._paused)
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
     def flush(self) -> list[PlayoutEvent]:
         """Drop everything queued (barge-in). Returns a FLUSHED event per segment."""
         now = self._monotonic()
@@ -187,6 +207,8 @@ class PlayoutBuffer:
         out = bytearray()
         with self._lock:
             self.frames_pulled += 1
+            if self._held:
+                return bytes(nbytes)
             fade_up: bool | None = None
             if self._paused and self._fade_out and self._segments:
                 # The pause fades out the frame it came in: that frame is played, going quiet.

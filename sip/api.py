@@ -1,12 +1,14 @@
 """What the SIP adapter (:mod:`sip.pjsua`) offers the application, declared without pjsua2."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from sip.gate import Rejection
 from sip.message import SipRequest
 from sip.registration import RegistrationConfig
+from sip.dialog import SessionTimerSettings
+from sip.transport import SrtpSettings, TlsSettings
 
 if TYPE_CHECKING:
     from sip.pjsua import SipCall
@@ -33,6 +35,13 @@ class SipConfig:
     #: first RTP port (0: any free port) and how many ports to try from it
     rtp_port: int = 4000
     rtp_port_range: int = 200
+    #: SIP transports to listen on (udp, tcp, tls); TCP's port (0: ``port``); TLS and SRTP
+    transports: tuple[str, ...] = ("udp",)
+    tcp_port: int = 0
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    srtp: SrtpSettings = field(default_factory=SrtpSettings)
+    #: RFC 4028 session timers of every call
+    session_timers: SessionTimerSettings = field(default_factory=SessionTimerSettings)
 
 
 class FrameSink(Protocol):
@@ -73,3 +82,5 @@ class CallCallbacks:
     on_transfer_status: Callable[[int, str, bool], None] = lambda code, reason, final: None
     on_disconnected: Callable[[int, str], None] = lambda code, reason: None
     on_confirmed: Callable[[], None] = lambda: None
+    #: the far end put the call on hold (True: sendonly/inactive media) or resumed it (False)
+    on_hold: Callable[[bool], None] = lambda held: None

@@ -1,4 +1,6 @@
-"""The pjsua2 adapter: the only module of the project that imports pjsua2.
+"""The pjsua2 adapter: with its helper :mod:`sip.pjsua_transports`, the only importer of pjsua2.
+
+(Over 600 lines: one pjsua2 adapter, whose callbacks and their guards belong together.)
 
 (Over 600 lines: every pjsua2 object's lifetime -- calls, ports, the endpoint -- is kept here together.)
 
@@ -38,7 +40,10 @@ from sip.doors import DoorSettings
 from sip.gate import DOORS_PRIORITY, AdmissionGate, Rejection
 from sip.guard import InboundGuard
 from sip.screening import RequestScreen
+from sip.info_dtmf import InfoDtmfModule
 from sip.message import SipRequest, parse_request
+from sip.pjsua_transports import create_transports, set_session_timers, set_srtp
+from sip.transport import sdp_offers_srtp, srtp_refusal
 
 __all__ = ["CODEC_IDS", "PJSUA_MAX_CALLS", "CallCallbacks", "CallHandler", "FrameSink", "FrameSource", "Rejection",
            "SipCall", "SipConfig", "SipStack"]
@@ -53,6 +58,10 @@ CODEC_IDS = {
     "PCMA": "PCMA/8000",
     "G722": "G722/16000",
 }
+
+
+#: media states of a call the far end holds (sendonly: REMOTE_HOLD; inactive: NONE)
+_HELD = (pj.PJSUA_CALL_MEDIA_REMOTE_HOLD, pj.PJSUA_CALL_MEDIA_NONE)
 
 
 class _MediaPort(pj.AudioMediaPort):
@@ -123,6 +132,18 @@ class _PjCall(pj.Call):
     def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:  # noqa: N802
         self._owner._on_media_state()
 
+    def onCallSdpCreated(self, prm: pj.OnCallSdpCreatedParam) -> None:  # noqa: N802
+        self._owner._on_sdp(prm.sdp.wholeSdp, prm.remSdp.wholeSdp)
+
+    def onCallTsxState(self, prm: pj.OnCallTsxStateParam) -> None:  # noqa: N802
+        if self._owner.request is None:  # an outbound call learns from the answer whether it got SRTP
+            try:
+                e = prm.e
+                if e.type == pj.PJSIP_EVENT_TSX_STATE and e.body.tsxState.type == pj.PJSIP_EVENT_RX_MSG:
+                    self._owner._on_answer_message(e.body.tsxState.src.rdata.wholeMsg)
+            except Exception:
+                log.failure("reading a response of an outbound call")
+
     def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:  # noqa: N802
         self._owner._on_dtmf(prm.digit)
 
@@ -153,6 +174,13 @@ class SipCall:
         self.last_status = 0
         #: the speech region serving the call (sent on later legs as X-OpenClaw-Region)
         self.region = ""
+        #: the SDP this side last sent, and whether it keys SRTP (RFC 4568 a=crypto)
+        self.local_sdp = ""
+        self.srtp = False
+        #: the far end has the call on hold
+        self.held = False
+        #: the call's audio goes to another call (bridged transfer), not to the agent
+        self._bridged = False
 
     # -- attributes -----------------------------------------------------
     @property
@@ -205,6 +233,11 @@ class SipCall:
         if slot >= 0 and self._stack.pjsua_calls().get(slot) == 0:
             self.hangup(why=why)
         self._end(0, why)
+    @property
+    def transport(self) -> str:
+        """The SIP transport an inbound call came over (udp, tcp, tls; '' when not known)."""
+        via = (self.header("via") or "").split(None, 1)
+        return via[0].rsplit("/", 1)[-1].lower() if via and via[0].upper().startswith("SIP/2.0/") else ""
 
     # -- actions (reactor thread) ---------------------------------------
     def attach_media(self, sink: FrameSink, source: FrameSource) -> None:
@@ -281,6 +314,7 @@ class SipCall:
             if self._port is not None:
                 self._media.stopTransmit(self._port)
                 self._port.stopTransmit(self._media)
+            self._bridged = True
             self._media.startTransmit(other._media)
             other._media.startTransmit(self._media)
         except pj.Error as e:
@@ -359,16 +393,38 @@ class SipCall:
                 except pj.Error as e:
                     log.warn("no audio media: {err}", err=e.info(), call_id=self.sip_call_id)
                     return
-                self._connect_media()
+                self._connect_media()  # again after a re-INVITE: the stream may be a new one
+                if self.held:
+                    self.held = False
+                    _safe(self.callbacks.on_hold, False)
                 _safe(self.callbacks.on_media_active)
                 return
+            if mi.type == pj.PJMEDIA_TYPE_AUDIO and mi.status in _HELD and self.confirmed:
+                self._hold_media()
+                return
+
+    def _hold_media(self) -> None:
+        """The far end holds the call (sendonly/inactive): cut the session off its audio (music
+        on hold is not the caller speaking) until the media is active again."""
+        media, self._media = self._media, None
+        if media is not None and self._port is not None:
+            for src, dst in ((media, self._port), (self._port, media)):
+                try:
+                    src.stopTransmit(dst)
+                except pj.Error:
+                    pass
+        if not self.held:
+            self.held = True
+            _safe(self.callbacks.on_hold, True)
 
     def _connect_media(self) -> None:
-        if self._media is None or self._sink is None or self._source is None or self._port is not None:
+        if self._media is None or self._sink is None or self._source is None or self._bridged:
             return
-        port = self._stack._acquire_port()
-        port.bind(self._sink, self._source)
-        self._port = port
+        port = self._port
+        if port is None:
+            port = self._stack._acquire_port()
+            port.bind(self._sink, self._source)
+            self._port = port
         try:
             self._media.startTransmit(port)
             port.startTransmit(self._media)
@@ -390,6 +446,17 @@ class SipCall:
                 except pj.Error:
                     pass
         self._stack._return_port(port)
+
+    def _on_sdp(self, local: str, remote: str) -> None:
+        # An inbound call's answer carries a=crypto only when SRTP was agreed; an outbound
+        # call's offer is settled by the answer it gets (_on_answer_message).
+        self.local_sdp = local
+        self.srtp = sdp_offers_srtp(local) is True and (not remote or sdp_offers_srtp(remote) is True)
+
+    def _on_answer_message(self, text: str) -> None:
+        head, _, body = text.replace("\r\n", "\n").partition("\n\n")
+        if head.startswith("SIP/2.0 2") and " INVITE" in head and sdp_offers_srtp(body) is not None:
+            self.srtp = sdp_offers_srtp(body) is True
 
     def _on_dtmf(self, digit: str) -> None:
         if not self.disconnected:
@@ -445,7 +512,10 @@ class SipStack:
         self._poller: LoopingCall | None = None
         self._stats_poller: LoopingCall | None = None
         self._gate: AdmissionGate | None = None
+        self._info_dtmf: InfoDtmfModule | None = None
         self.bound_port = 0
+        #: the port each SIP transport listens on, by name (udp, tcp, tls)
+        self.bound_ports: dict[str, int] = {}
 
     @property
     def calls(self) -> list[SipCall]:
@@ -489,15 +559,8 @@ class SipStack:
                             ("jbMaxPre", self.config.jb_max_pre_ms), ("jbMax", self.config.jb_max_ms)):
             setattr(med, attr, value)
         ep.libInit(epc)
-        tcfg = pj.TransportConfig()
-        tcfg.port = self.config.port
-        if self.config.host not in ("", "0.0.0.0"):
-            tcfg.boundAddress = self.config.host
-        if self.config.public_address:
-            tcfg.publicAddress = self.config.public_address
-        tid = ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, tcfg)
-        self.bound_port = ep.transportGetInfo(tid).localName.rsplit(":", 1)[-1]
-        self.bound_port = int(self.bound_port)
+        self.bound_ports = create_transports(ep, self.config)
+        self.bound_port = next(iter(self.bound_ports.values()))
         ep.audDevManager().setNullDev()
         self._set_codecs(ep)
         ep.libStart()
@@ -506,6 +569,7 @@ class SipStack:
             self._gate = AdmissionGate(self._admit, self._options, self.screen.other if self.screen.guard else None)
             door = self.screen.door
             self._doors_gate = AdmissionGate(door, door, door, priority=DOORS_PRIORITY, name=b"mod-openclaw-doors")
+            self._info_dtmf = InfoDtmfModule(self._gate._raw_message, self._on_info_key)
         self._account = self._create_account()
         self._poller = LoopingCall(self._poll)
         self._poller.clock = self._reactor
@@ -540,6 +604,8 @@ class SipStack:
             acfg.regConfig.registerOnAdd = False
         # No ICE, no TURN (pjnath advisories, SECURITY.md): an offer's ICE attributes are ignored.
         acfg.natConfig.iceEnabled = acfg.natConfig.turnEnabled = False
+        set_srtp(acfg.mediaConfig, self.config.srtp)
+        set_session_timers(acfg.callConfig, self.config.session_timers)
         acfg.mediaConfig.transportConfig.port = self.config.rtp_port
         acfg.mediaConfig.transportConfig.portRange = self.config.rtp_port_range if self.config.rtp_port else 0
         if self.config.host not in ("", "0.0.0.0"):
@@ -593,6 +659,8 @@ class SipStack:
             self._gate.unregister()
         if self._doors_gate is not None:
             self._doors_gate.unregister()
+        if self._info_dtmf is not None:
+            self._info_dtmf.unregister()
         self._ep.libDestroy()
         self._ep = None
 
@@ -703,6 +771,14 @@ class SipStack:
         if pjc is not None:
             self._graveyard.append(pjc)
 
+    def _on_info_key(self, call_id: str, key: str) -> bool:
+        """A key from an ``application/dtmf`` INFO (see sip/info_dtmf.py): to its call, if any."""
+        for call in self.calls:
+            if call.sip_call_id == call_id and not call.disconnected:
+                call._on_dtmf(key)
+                return True
+        return False
+
     def _on_reg_state(self, code: int, reason: str, expiration: int) -> None:
         if self._on_registration is not None:
             _safe(self._on_registration, code, reason, expiration)
@@ -732,7 +808,18 @@ class SipStack:
             return None
         if (screened := self.screen.access(request, peer)) is not None:
             return screened
-        return self._handler.admit(request)
+        refused = self._srtp_refusal(request)
+        return refused if refused is not None else self._handler.admit(request)
+
+    def _srtp_refusal(self, request: SipRequest) -> Rejection | None:
+        """Mandatory SRTP: a plain RTP offer (or one over a hop that is not TLS when keys must
+        travel over TLS) gets 488 here, before pjsua allocates a call for it."""
+        why = srtp_refusal(self.config.srtp, request.header("via") or "", request.body)
+        if why is None:
+            return None
+        log.info("call {call_id} from {caller} refused: 488 ({why})", call_id=request.call_id,
+                 caller=request.caller, why=why)
+        return Rejection(488, f"Not Acceptable Here ({why})", (("Warning", f'399 openclaw "{why}"'),))
 
 
 def _add_headers(prm: pj.CallOpParam, headers: tuple[tuple[str, str], ...]) -> None:

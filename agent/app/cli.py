@@ -91,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--silence", type=float, default=1.2, help="seconds of agent silence that end its reply")
     c.add_argument("--speech-uri", help="speech server for synthesis/transcription (default: embedded)")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
+    ct = c.add_argument_group("transport and encryption (see docs/sip-trunk.md)")
+    ct.add_argument("--transport", choices=("udp", "tcp", "tls"), default="udp",
+                    help="SIP transport of the call (adds ;transport= to the URI; default udp)")
+    ct.add_argument("--srtp", choices=("off", "optional", "mandatory"), default="off",
+                    help="offer SRTP (SDES): optional offers RTP/AVP with keys, mandatory RTP/SAVP")
+    ct.add_argument("--tls-ca", metavar="PEM", help="CA bundle that signs the agent's certificate")
+    ct.add_argument("--tls-cert", metavar="PEM", help="client certificate to present over TLS")
+    ct.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    ct.add_argument("--tls-no-verify", action="store_true", help="do not verify the agent's certificate")
 
     lr = sub.add_parser("latency-report", help="turn and barge-in latency from a packet capture")
     lr.add_argument("capture", help="classic pcap with SIP and RTP (dumpcap -P / tshark -F pcap)")

@@ -20,10 +20,14 @@ from agent.speech.api import SpeechConnection
 from agent.speech.failover_core import FailoverSettings
 from agent.speech.voices import DEFAULT_VOICE
 from agent.secrets import remember_secret
+from agent.app.config_sip import TRANSPORT_KEYS, read_transport_keys
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.doors import DoorSettings
 from sip.guard import ALGORITHMS, AccessSettings, DigestUser, parse_source
 from sip.registration import RegistrationConfig
+from sip.dialog import AnswerSettings, SessionTimerSettings
+from sip.transport import SrtpSettings
+from sip.transport import TlsSettings as SipTlsSettings
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_DIALPLAN = os.path.join(PACKAGE_ROOT, "dialplans", "default.yaml")
@@ -46,6 +50,14 @@ class SipSettings:
     access: AccessSettings = field(default_factory=AccessSettings)
     #: multipart bodies and unserved methods (SECURITY.md)
     doors: DoorSettings = field(default_factory=DoorSettings)
+    #: SIP transports (udp, tcp, tls), the TCP port (0: ``port``), TLS and SRTP (docs/sip-trunk.md)
+    transports: tuple[str, ...] = ("udp",)
+    tcp_port: int = 0
+    tls: SipTlsSettings = field(default_factory=SipTlsSettings)
+    srtp: SrtpSettings = field(default_factory=SrtpSettings)
+    #: ringing / early media before the answer, and RFC 4028 session timers
+    answer: AnswerSettings = field(default_factory=AnswerSettings)
+    session_timers: SessionTimerSettings = field(default_factory=SessionTimerSettings)
 
 
 @dataclass(frozen=True)
@@ -446,7 +458,8 @@ def load_config(path: str | None) -> ServerConfig:
     sip = SipSettings()
     if (r := top.sub("sip")) is not None:
         r.check_keys(("host", "port", "public_address", "capacity", "retry_after_s", "codecs",
-                      "rtp_port", "rtp_port_range", "registration", "reconcile_interval_ms", "access", "doors"))
+                      "rtp_port", "rtp_port_range", "registration", "reconcile_interval_ms", "access", "doors")
+                     + TRANSPORT_KEYS)
         codecs = r.strings("codecs", sip.codecs)
         for c in codecs:
             if c not in ("PCMU", "PCMA", "G722"):
@@ -473,7 +486,7 @@ def load_config(path: str | None) -> ServerConfig:
             registration=reg,
             reconcile_interval_ms=r.get("reconcile_interval_ms", int, sip.reconcile_interval_ms,
                                         lambda v: None if 100 <= v <= 300000 else "expected 100 to 300000 ms"),
-            access=_access(r.sub("access"), errors), doors=_doors(r.sub("doors")))
+            access=_access(r.sub("access"), errors), doors=_doors(r.sub("doors")), **read_transport_keys(r, base))
 
     media = MediaSettings()
     if (r := top.sub("media")) is not None:

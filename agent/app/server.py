@@ -26,6 +26,7 @@ from twisted.web.resource import Resource
 from agent.app.admission import Admitted, flow_needs, flow_speech, source_ip
 from agent.app.call_journal import ServerJournals
 from agent.app.access import ServerAccess
+from agent.app.answering import answer_call
 from agent.app.call_records import append_record
 from agent.app.config import ServerConfig
 from agent.app.control import SipCallControl
@@ -206,7 +207,8 @@ class AgentServer:
         self._start_web()
         self._start_sip()
         self.ready = True
-        log.info("ready: SIP on {host}:{port} (capacity {cap}), metrics on {mhost}:{mport}",
+        log.info("ready: SIP on {host}:{port} (capacity {cap}), metrics on {mhost}:{mport}; transports {tps}",
+                 tps=" ".join(f"{k}:{v}" for k, v in (self.stack.bound_ports if self.stack else {}).items()),
                  host=self.config.sip.host, port=self.stack.bound_port if self.stack else 0,
                  cap=self.capacity, mhost=self.config.metrics.host,
                  mport=self.web_port.getHost().port if self.web_port else 0)
@@ -248,7 +250,9 @@ class AgentServer:
         cfg = SipConfig(host=s.host, port=s.port, public_address=s.public_address, codecs=s.codecs,
                         frame_ms=m.frame_ms, jb_init_ms=m.jb_init_ms, jb_min_pre_ms=m.jb_min_pre_ms,
                         jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=s.registration,
-                        rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range)
+                        rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range,
+                        transports=s.transports, tcp_port=s.tcp_port, tls=s.tls, srtp=s.srtp,
+                        session_timers=s.session_timers)
         self.access = ServerAccess(s.access, self.reactor, self.metrics.registry)
         self.access.start()
         self.stack = SipStack(cfg, self.reactor, self, on_registration=self._on_registration,
@@ -548,6 +552,7 @@ class AgentServer:
 
         call.callbacks.on_media_active = media_active
         call.callbacks.on_dtmf = session.on_dtmf
+        call.callbacks.on_hold = session.on_hold
         call.callbacks.on_transfer_status = session.on_transfer_status
 
         def disconnected(code: int, reason: str) -> None:
@@ -563,12 +568,16 @@ class AgentServer:
         log.info("call {call_id} from {caller} to {called}: answering with flow {flow}, region {region} ({why})",
                  call_id=cid, caller=call.caller, called=call.called, flow=admitted.flow, region=selection.region,
                  why=selection.reason)
-        if not call.answer(200, headers=(("X-OpenClaw-Region", selection.region),)) and not call.disconnected:
-            # pjsua could not answer (e.g. no media transport): refuse the call so that it ends, and
-            # with it the session, now -- not when the caller gives up.
-            call.hangup(500, "Server Internal Error", why="answer_failed: pjsua could not answer")
-            if not call.disconnected:
-                session.close("answer failed")
+        answer_call(self.reactor, call, self.config.sip.answer, (("X-OpenClaw-Region", selection.region),),
+                    on_failed=lambda: self._answer_failed(call, session))
+
+    @staticmethod
+    def _answer_failed(call: Any, session: CallSession) -> None:
+        # pjsua could not answer (e.g. no media transport): refuse the call so that it ends, and
+        # with it the session, now -- not when the caller gives up.
+        call.hangup(500, "Server Internal Error", why="answer_failed: pjsua could not answer")
+        if not call.disconnected:
+            session.close("answer failed")
 
     def _on_agent_hangup(self, what: str, why: str) -> None:
         """Count every hangup the agent makes by who decided it (the log line is the SIP stack's)."""
@@ -619,6 +628,7 @@ class AgentServer:
             record["rtp"] = call.rtp_stats()
             if call.hangup_reason:
                 record["agent_hangup"] = call.hangup_reason
+            record["sip"] = {"transport": call.transport, "srtp": call.srtp}
         self.metrics.playout_underruns.inc(session.playout.underruns)
         return record
         if self.worker_id is not None:

@@ -26,6 +26,10 @@ def settings_from_args(args: Any, config: ServerConfig) -> SupervisorSettings:
     capacity = args.capacity if args.capacity is not None else sip.capacity
     if capacity > WORKER_MAX_CALLS:
         raise ValueError(f"--capacity {capacity} is per worker, and one worker holds at most {WORKER_MAX_CALLS} calls")
+    if args.workers > 1 and ("tls" in sip.transports or sip.tcp_port):
+        raise ValueError(f"sip.tls.port and sip.tcp_port name one port, which {args.workers} workers cannot share: "
+                         "leave tcp_port at 0 (each worker's TCP follows its SIP port) and terminate TLS in front "
+                         "of the workers, or run one worker")
     metrics_port = args.metrics_port if args.metrics_port is not None else config.metrics.port
     rtp_port = args.rtp_port if getattr(args, "rtp_port", None) is not None else sip.rtp_port
     rtp_range = args.rtp_port_range if getattr(args, "rtp_port_range", None) is not None else sip.rtp_port_range

@@ -32,6 +32,7 @@ from agent.app.metrics import AgentMetrics
 from agent.call.barge import BargeController
 from agent.call.bargein import BargeIn, BargeInConfig
 from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, is_backchannel
+from agent.call.hold import CallHold
 from agent.call.pipeline import PERIODIC_VOICE, SIBILANT_DB, MediaPipeline
 from agent.call.prosody import ProsodyTracker
 from agent.call.ports import CallControl, PromptCache, Reactor, cancel
@@ -111,6 +112,7 @@ class CallSession:
                                     lambda: self.media.last_voiced_at, lambda: self.dialogue, self.speaker, metrics,
                                     on_end_of_turn=self._on_end_of_turn, on_no_input=self._no_input,
                                     prosody=lambda: self.media.prosody.latest if self.media.prosody else None)
+        self.hold = CallHold(reactor, self.playout, self.turn_taker, self.log_fields)
         self.barge = BargeController(reactor, self.media, self.playout, self.transcripts, self.settings.barge_in,
                                      _BargeHooks(self), metrics, self.log_fields)
         self.steps = ExternalSteps(reactor, control, lambda: self.dialogue, webhooks, model, metrics,
@@ -225,6 +227,11 @@ class CallSession:
             return  # a prompt that may not be interrupted is still playing
         self._begin_turn(dtmf=digit, trigger="dtmf", since=self._reactor.seconds())
         self._run(self.dialogue.on_dtmf(digit))
+
+    def on_hold(self, held: bool) -> None:
+        """The caller put the call on hold (True) or took it off hold (see agent/call/hold.py)."""
+        if not self.ended:
+            self.hold.set(held)
 
     def on_transfer_status(self, code: int, reason: str, final: bool) -> None:
         if not self.ended and isinstance(self._current, Transfer):
@@ -347,8 +354,8 @@ class CallSession:
         self._run(list(spec.actions))
 
     def _no_input(self) -> None:
-        if self.ended:
-            return
+        if self.ended or self.hold.held:
+            return  # on hold: the wait starts afresh on resume
         log.info("call {call_id} no input", **self.log_fields)
         self._begin_turn(trigger="no_input", since=self._reactor.seconds())
         self._awaiting_reply_since = None
@@ -592,7 +599,7 @@ class CallSession:
         """The call record: turns with what was said, heard and how fast."""
         outcome = CallOutcome(self.call_id, self.end_reason, self.barge_ins, self.false_interruptions,
                               self.cut_ins, self.transfer_target, self.recordings)
-        return call_record(outcome, self.dialogue, self.turns)
+        return {**call_record(outcome, self.dialogue, self.turns), **self.hold.record()}
 
 
 class _BargeHooks:

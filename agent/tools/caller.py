@@ -26,6 +26,7 @@ from media.convert import resample, rms_dbfs
 from media.frames import SAMPLE_RATE_HZ
 from media.playout import PlayoutBuffer, PlayoutEvent, PlayoutEventType
 from sip.pjsua import SipCall, SipConfig, SipStack
+from sip.transport import SrtpSettings, TlsSettings
 
 #: a received frame louder than this counts as the agent speaking
 VOICED_DBFS = -40.0
@@ -56,6 +57,9 @@ class CallReport:
     turns: list[TurnResult] = field(default_factory=list)
     hung_up_by: str = ""
     error: str = ""
+    #: the SIP transport the call went over, and whether its media was SRTP
+    transport: str = "udp"
+    srtp: bool = False
 
     @property
     def ok(self) -> bool:
@@ -66,6 +70,7 @@ class CallReport:
         return {
             "uri": self.uri, "answered": self.answered, "codec": self.codec, "status": self.status,
             "greeting": self.greeting, "hung_up_by": self.hung_up_by, "error": self.error, "ok": self.ok,
+            "transport": self.transport, "srtp": self.srtp,
             "turns": [t.__dict__ for t in self.turns],
         }
 
@@ -188,10 +193,14 @@ class TestCaller:
     def __init__(self, reactor: Any, speech: Any, uri: str, turns: list[CallerTurn], *, voice: str = "kal16",
                  greeting_timeout_s: float = 20.0, reply_timeout_s: float = 15.0, silence_s: float = 1.2,
                  barge_in_at_ms: int | None = None, codecs: tuple[str, ...] = ("PCMU", "PCMA", "G722"),
-                 headers: tuple[tuple[str, str], ...] = ()) -> None:
+                 headers: tuple[tuple[str, str], ...] = (), transport: str = "udp",
+                 tls: TlsSettings | None = None, srtp: str = "off") -> None:
         self.reactor = reactor
         self.speech = speech
-        self.uri = uri
+        self.uri = with_transport(uri, transport)
+        self.transport = transport
+        self.tls = tls or TlsSettings(port=0)
+        self.srtp = srtp
         self.turns = turns
         self.voice = voice
         self.greeting_timeout_s = greeting_timeout_s
@@ -200,7 +209,7 @@ class TestCaller:
         self.barge_in_at_ms = barge_in_at_ms
         self.codecs = codecs
         self.headers = headers
-        self.report = CallReport(uri)
+        self.report = CallReport(self.uri, transport=transport)
         self.recorder = AgentAudioRecorder()
         self.source = CallerSource()
         self.stack: SipStack | None = None
@@ -220,14 +229,19 @@ class TestCaller:
                 audio.append(read_wav(turn.value))
             else:
                 audio.append(None)
+        transports = ("udp",) if self.transport == "udp" else ("udp", self.transport)
         self.stack = SipStack(SipConfig(host="127.0.0.1" if "127.0.0.1" in self.uri else "0.0.0.0", port=0,
-                                        rtp_port=0, codecs=self.codecs, log_level=0, user="caller"), self.reactor)
+                                        rtp_port=0, codecs=self.codecs, log_level=0, user="caller",
+                                        transports=transports, tls=self.tls,
+                                        srtp=SrtpSettings(policy=self.srtp)), self.reactor)
         self.stack.start()
         try:
             yield self._converse(audio)
         except Exception as e:
             self.report.error = f"{type(e).__name__}: {e}"
         finally:
+            if self.call is not None and self.report.answered:
+                self.report.srtp = self.call.srtp  # settled by the answer's SDP
             if self.call is not None and not self.call.disconnected:
                 self.call.hangup()
                 self.report.hung_up_by = self.report.hung_up_by or "caller"
@@ -355,8 +369,16 @@ class TestCaller:
         return threads.deferToThread(transcribe, self.speech, pcm, narrowband=narrowband)
 
 
+def with_transport(uri: str, transport: str) -> str:
+    """*uri* with ``;transport=`` set for TCP or TLS (unchanged when it names one already)."""
+    if transport == "udp" or ";transport=" in uri.lower():
+        return uri
+    return f"{uri};transport={transport}"
+
+
 def format_report(report: CallReport) -> str:
-    lines = [f"call {report.uri}: " + (f"answered ({report.codec})" if report.answered else
+    media = f"{report.codec}, {'SRTP' if report.srtp else 'RTP'}, SIP over {report.transport.upper()}"
+    lines = [f"call {report.uri}: " + (f"answered ({media})" if report.answered else
                                       f"FAILED {report.error or report.status}")]
     if report.greeting:
         lines.append(f"  greeting: {report.greeting}")
@@ -399,9 +421,11 @@ def main_call(args: Any) -> int:
         uri = embedded.address
     speech = SpeechClient(uri)
     speech.wait_ready(30.0)
+    tls = TlsSettings(port=0, ca_file=args.tls_ca or "", certificate_file=args.tls_cert or "",
+                      private_key_file=args.tls_key or "", verify_server=not args.tls_no_verify)
     caller = TestCaller(reactor, speech, args.uri, turns, voice=args.voice, barge_in_at_ms=args.barge_in_at,
                         codecs=tuple(args.codec) if args.codec else ("PCMU", "PCMA", "G722"),
-                        silence_s=args.silence)
+                        silence_s=args.silence, transport=args.transport, tls=tls, srtp=args.srtp)
     outcome: dict[str, Any] = {}
 
     def finish(report: CallReport) -> None:
