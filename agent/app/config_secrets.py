@@ -1,14 +1,17 @@
 """Secrets and speech connections in the config file: values read from the environment or a file.
 
-A secret is a plain string, ``{env: NAME}`` or ``{file: PATH}``, with an optional ``prefix``
-(``{env: NGC_API_KEY, prefix: "Bearer "}``). It is resolved when the config loads, so a
-missing variable or unreadable file is a config error at its line, and never printed.
+A secret is a plain string (which may be an ``!env NAME`` or ``!file PATH`` tag, resolved by the
+YAML loader: :mod:`agent.secrets`), or ``{env: NAME}`` / ``{file: PATH}`` with an optional
+``prefix`` (``{env: NGC_API_KEY, prefix: "Bearer "}``), read the same way. It is resolved when
+the config loads, so a missing variable or unreadable file is a config error at its line, and
+never printed; every value is remembered for redaction.
 """
 from __future__ import annotations
 
 import os
 import re
 
+from agent.secrets import ENV_TAG, FILE_TAG, SecretError, remember_secret, resolve_tagged
 from agent.speech.api import SpeechConnection
 from agent.yamlmarks import Mark, Node, key_mark
 
@@ -20,6 +23,7 @@ def secret(node: Node, where: str, base: str, errors: list[tuple[Mark, str]]) ->
     """The value of a secret *node*; "" (and an error) when it cannot be read."""
     value = node.value
     if isinstance(value, (str, int)) and not isinstance(value, bool):
+        remember_secret(str(value))  # masked in logs and records like every secret
         return str(value)
     if not isinstance(value, dict):
         errors.append((node.mark, f"{where}: expected a string, {{env: NAME}} or {{file: PATH}}"))
@@ -34,25 +38,17 @@ def secret(node: Node, where: str, base: str, errors: list[tuple[Mark, str]]) ->
     if (env is None) == (path is None):
         errors.append((node.mark, f"{where}: expected exactly one of 'env' or 'file'"))
         return ""
-    if env is not None:
-        name = str(env.value)
-        found = os.environ.get(name)
-        if not found:
-            errors.append((env.mark, f"{where}.env: environment variable {name} is not set"))
-            return ""
-        return prefix + found.strip()
-    assert path is not None
-    full = os.path.join(base, os.path.expanduser(str(path.value)))
+    # the same reading as the !env and !file tags (agent/secrets.py), with a prefix
+    source = env if env is not None else path
+    assert source is not None
     try:
-        with open(full, encoding="utf-8") as handle:
-            text = handle.read().strip()
-    except OSError as exc:
-        errors.append((path.mark, f"{where}.file: cannot read {full}: {exc.strerror}"))
+        found = resolve_tagged(ENV_TAG if env is not None else FILE_TAG, str(source.value), base)
+    except SecretError as exc:
+        errors.append((source.mark, f"{where}.{'env' if env is not None else 'file'}: {exc}"))
         return ""
-    if not text:
-        errors.append((path.mark, f"{where}.file: {full} is empty"))
-        return ""
-    return prefix + text
+    resolved = prefix + found.strip()
+    remember_secret(resolved)
+    return resolved
 
 
 def metadata(node: Node | None, where: str, base: str, errors: list[tuple[Mark, str]]) -> tuple[tuple[str, str], ...]:
