@@ -9,6 +9,7 @@ was refused in the words of call records and logs (``tls: certificate verify fai
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from cryptography import x509
@@ -70,8 +71,10 @@ class _ConfiguredPolicy:
                                        clientCertificate=self._client)
 
 
+@lru_cache(maxsize=8)
 def tls_policy(settings: TlsSettings | None) -> IPolicyForHTTPS:
-    """The policy for *settings* (None or defaults: Twisted's browser-like policy, platform trust)."""
+    """The policy for *settings* (None or defaults: Twisted's browser-like policy, platform trust);
+    made once per settings (the files are read when the first request needs them)."""
     if settings is None or settings == TlsSettings():
         return BrowserLikePolicyForHTTPS()
     return _ConfiguredPolicy(settings)
