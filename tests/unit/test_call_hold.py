@@ -80,9 +80,11 @@ class FakeCall:
     def __init__(self) -> None:
         self.answers: list[int] = []
         self.disconnected = False
+        self.fails_at: int | None = None  # pjsua cannot send this status (SipCall.answer is False)
 
-    def answer(self, status: int, reason: str = "", headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def answer(self, status: int, reason: str = "", headers: tuple[tuple[str, str], ...] = ()) -> bool:
         self.answers.append(status)
+        return status != self.fails_at
 
 
 def test_answer_at_once_after_ringing_or_in_early_media():
@@ -104,3 +106,17 @@ def test_answer_at_once_after_ringing_or_in_early_media():
     call.disconnected = True
     clock.advance(3)
     assert call.answers == [180]
+
+
+def test_an_answer_pjsua_cannot_send_is_reported_once():
+    """A 200 (at once or after ringing) or a 180 that pjsua cannot send calls on_failed, and a
+    failed 180 is not followed by a 200."""
+    clock = FakeReactor()
+    for settings, fails_at, answers in ((AnswerSettings(), 200, [200]),
+                                        (AnswerSettings(ring_ms=500), 200, [180, 200]),
+                                        (AnswerSettings(ring_ms=500), 180, [180])):
+        call, failed = FakeCall(), []
+        call.fails_at = fails_at
+        answer_call(clock, call, settings, (), on_failed=lambda: failed.append(True))
+        clock.advance(1)
+        assert call.answers == answers and failed == [True]
