@@ -116,6 +116,10 @@ def test_invite_flood_is_banned_and_a_call_during_it_is_answered(hardened: Node)
     assert flood_ok + flood_failed == 150 and flood_failed >= 120, result["flood"]
     stats = front_stats(hardened)
     assert stats["rejected_flood"] >= 1 and stats["dispatched"] <= 30, stats
+    # The flood calls answered before the ban cannot hang up (their BYEs are dropped with everything else
+    # from the banned address): the agent ends them itself when nobody speaks (no-input, then goodbye).
+    hardened.wait_for(lambda: sum(v for k, v in hardened.metrics().items()
+                                  if k.startswith("openclaw_active_calls{")) == 0, 120, "the flood's calls to end")
 
 
 def access_node(tmp_path: Any, config: str) -> Node:
