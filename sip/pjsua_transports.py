@@ -11,19 +11,17 @@ from sip.dialog import SessionTimerSettings
 from sip.transport import SrtpSettings, TlsSettings
 
 _TYPES = {"udp": pj.PJSIP_TRANSPORT_UDP, "tcp": pj.PJSIP_TRANSPORT_TCP, "tls": pj.PJSIP_TRANSPORT_TLS}
-_TLS_PROTOCOLS = {
-    "1.2": pj.PJ_SSL_SOCK_PROTO_TLS1_2 | pj.PJ_SSL_SOCK_PROTO_TLS1_3,
-    "1.3": pj.PJ_SSL_SOCK_PROTO_TLS1_3,
-}
+#: TLS 1.2 and, should the library's OpenSSL have it, 1.3 (the wheel's 1.0.2 has not)
+_TLS_PROTOCOLS = {"1.2": pj.PJ_SSL_SOCK_PROTO_TLS1_2 | pj.PJ_SSL_SOCK_PROTO_TLS1_3}
 _SRTP_USE = {"off": pj.PJMEDIA_SRTP_DISABLED, "optional": pj.PJMEDIA_SRTP_OPTIONAL,
              "mandatory": pj.PJMEDIA_SRTP_MANDATORY}
 
 
 def tls_config(tls: TlsSettings) -> pj.TlsConfig:
-    """pjsua2's TlsConfig: TLS 1.2 or newer, this side's certificate, whom it trusts."""
+    """pjsua2's TlsConfig: TLS 1.2 (nothing older), this side's certificate, whom it trusts."""
     cfg = pj.TlsConfig()
     cfg.proto = _TLS_PROTOCOLS[tls.min_version]
-    cfg.method = pj.PJSIP_TLSV1_2_METHOD if tls.min_version == "1.2" else pj.PJSIP_TLSV1_3_METHOD
+    cfg.method = pj.PJSIP_TLSV1_2_METHOD
     if tls.ca_file:
         cfg.CaListFile = tls.ca_file
     if tls.certificate_file:

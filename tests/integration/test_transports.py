@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
+import warnings
 from typing import Iterator
 
 import pytest
@@ -110,6 +112,28 @@ def test_tls_call_with_srtp_is_encrypted_on_the_wire(srtp_agent: TlsAgent, tmp_p
     _idle(agent)
     record = agent.records()[-1]
     assert record["sip"] == {"transport": "tls", "srtp": True}, record
+
+
+def _handshake(port: int, ca_file: str, version: ssl.TLSVersion) -> str:
+    """The TLS version agreed with the agent's TLS port when the client offers only *version*."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(ca_file)
+    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # let this client offer TLS 1.1: the server must refuse it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1 is deprecated: that is the point
+        ctx.minimum_version = ctx.maximum_version = version
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            return tls.version() or ""
+
+
+def test_tls_is_1_2_and_older_versions_are_refused(srtp_agent: TlsAgent) -> None:
+    """A TLS 1.2 client completes the handshake (certificate verified against the test CA); a
+    client that offers only TLS 1.1 is cut off by the server."""
+    assert _handshake(srtp_agent.tls_port, srtp_agent.pki.ca_file, ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+    with pytest.raises((ssl.SSLError, ConnectionError)) as e:
+        _handshake(srtp_agent.tls_port, srtp_agent.pki.ca_file, ssl.TLSVersion.TLSv1_1)
+    assert "NO_PROTOCOLS_AVAILABLE" not in str(e.value).upper(), e.value  # refused by the server, not here
 
 
 @pytest.mark.parametrize("transport", ["u1", "t1"])
