@@ -20,7 +20,7 @@ from agent.integrations.webhook import MockWebhooks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_KEYS = {"sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
-               "recordings_dir", "variables", "http", "dialogue"}
+               "recordings_dir", "variables", "http", "dialogue", "status", "admin", "recordings_retention"}
 BLOCK = re.compile(r"^```ya?ml\n(.*?)^```", re.M | re.S)
 UNKNOWN_STEP = re.compile(r"refers to unknown step '([^']+)' in flow '([^']+)'")
 UNKNOWN_VARIABLE = re.compile(r"unknown variable '([^']+)'; no step sets it")
@@ -44,16 +44,27 @@ def examples() -> list[tuple[str, str]]:
 EXAMPLES = examples()
 
 
+class _TaggedLoader(yaml.SafeLoader):
+    """Reads ``!env NAME`` and ``!file PATH`` (agent/secrets.py) as ``{env: NAME}`` and ``{file:
+    PATH}``, so the example's variables are set and its files made before the real loader runs."""
+
+
+for _tag in ("env", "file"):
+    _TaggedLoader.add_constructor(f"!{_tag}", lambda loader, node, key=_tag: {key: loader.construct_scalar(node)})
+
+
 def is_excerpt(text: str) -> bool:
     return ELISION.search(text) is not None
 
 
-PEM_KEYS = {"root_ca": "ca", "ca_bundle": "ca", "client_cert": "cert", "client_key": "key"}
+PEM_KEYS = {"root_ca": "ca", "ca_bundle": "ca", "client_cert": "cert", "client_key": "key",
+            "certificate": "cert", "private_key": "key", "ca_file": "ca"}
 
 
-def provide_files_and_secrets(document: Any, directory: Any, monkeypatch: Any) -> None:
-    """Create the certificate files and secrets a config example names (relative paths only: an
-    example must not point outside the config's folder for this to work), and set its variables."""
+def provide_files_and_secrets(document: Any, directory: Any, monkeypatch: Any) -> dict[str, str]:
+    """Create the certificate files and secrets a config example names, and set its variables.
+    Returns the absolute paths it names (/etc/openclaw/...) with where their files were made
+    instead (under *directory*), for the example's text to be pointed there."""
     from tests.tls_certs import TestCA
 
     issued: dict[str, str] = {}
@@ -65,9 +76,12 @@ def provide_files_and_secrets(document: Any, directory: Any, monkeypatch: Any) -
             issued.update(ca=ca.pem, cert=leaf.cert, key=leaf.key)
         return open(issued[kind], "rb").read()
 
-    def write(relative: str, data: bytes) -> None:
-        assert not os.path.isabs(relative), f"example names an absolute path: {relative}"
-        target = directory / relative
+    moved: dict[str, str] = {}
+
+    def write(named: str, data: bytes) -> None:
+        target = directory / named.lstrip("/")
+        if os.path.isabs(named):
+            moved[named] = str(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
 
@@ -87,6 +101,7 @@ def provide_files_and_secrets(document: Any, directory: Any, monkeypatch: Any) -
                 walk(item)
 
     walk(document)
+    return moved
 
 
 def stub_flow() -> dict[str, Any]:
@@ -149,7 +164,7 @@ def test_documented_example_loads(where: str, text: str, tmp_path, monkeypatch) 
     """The example is accepted by the loader of its kind (or is an excerpt marked with '...')."""
     if is_excerpt(text):
         return
-    document = yaml.safe_load(text)
+    document = yaml.load(text, Loader=_TaggedLoader)
     if document is None:
         return  # a comment alone (an editor hint)
     if isinstance(document, dict) and "scenarios" in document:
@@ -163,8 +178,9 @@ def test_documented_example_loads(where: str, text: str, tmp_path, monkeypatch) 
     if isinstance(document, dict) and set(document) == {"webhooks"}:
         assert MockWebhooks.from_data(document, where).rules
         return
-    if isinstance(document, dict) and set(document) <= CONFIG_KEYS and "variables" not in document:
-        provide_files_and_secrets(document, tmp_path, monkeypatch)
+    if isinstance(document, dict) and set(document) <= CONFIG_KEYS and set(document) != {"variables"}:
+        for named, made in provide_files_and_secrets(document, tmp_path, monkeypatch).items():
+            text = text.replace(named, made)
         path = tmp_path / "config.yaml"
         path.write_text(text)
         load_config(str(path))
