@@ -8,7 +8,7 @@ CALL_OUTCOMES = ("answered", "rejected_capacity", "rejected_draining", "rejected
                  "failed")
 
 #: who decided that the agent hangs up a call (reason label of openclaw_agent_hangups_total)
-AGENT_HANGUP_REASONS = ("dialplan", "timeout", "shutdown", "transfer", "answer_failed", "duplicate", "reconciler", "other")
+AGENT_HANGUP_REASONS = ("dialplan", "timeout", "shutdown", "transfer", "answer_failed", "reconciler", "other")
 
 _LATENCY_BUCKETS = (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 _FRAME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)

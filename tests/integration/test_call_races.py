@@ -29,13 +29,13 @@ RACES = {
 
 
 def sipp(scenario: str, target: str, tag: str, calls: int, limit: int, *extra: str,
-         timeout_s: int = 60) -> subprocess.CompletedProcess[bytes]:
+         timeout_s: int = 60, rate: int = 50) -> subprocess.CompletedProcess[bytes]:
     """Run SIPp; on failure, its stderr carries the first errors SIPp logged (-trace_err)."""
     with tempfile.TemporaryDirectory() as tmp:
         errors = os.path.join(tmp, "errors.log")
         result = subprocess.run(
             ["sipp", "-sf", os.path.join(SIPP_DIR, scenario), "-i", "127.0.0.1", "-p", str(free_port()),
-             "-nostdin", "-s", "1000", "-m", str(calls), "-l", str(limit), "-r", "50",
+             "-nostdin", "-s", "1000", "-m", str(calls), "-l", str(limit), "-r", str(rate),
              "-cid_str", f"{tag}-%u-%p@%s", "-timeout", f"{timeout_s}s", "-timeout_error",
              "-trace_err", "-error_file", errors, *extra, target],
             capture_output=True, timeout=timeout_s + 30, cwd=ROOT)
@@ -53,9 +53,12 @@ def metric(samples: dict[str, float], name: str, **labels: str) -> float:
 class Target:
     """One server process or a node of workers, as these tests see it."""
 
-    def __init__(self, sip_target: str, metrics: Any, records: Any, log: Any, capacity: int) -> None:
+    def __init__(self, sip_target: str, metrics: Any, records: Any, log: Any, capacity: int,
+                 rate: int = 50) -> None:
         self.sip_target, self.metrics, self.records, self.log, self.capacity = (
             sip_target, metrics, records, log, capacity)
+        #: calls per second SIPp starts (Kamailio's flood limit blocks more than 100 requests in 2 s)
+        self.rate = rate
 
     def idle(self, timeout_s: float = 30.0) -> dict[str, float]:
         return wait_until(lambda: (lambda m: m if metric(m, "openclaw_active_calls") == 0 else None)(self.metrics()),
@@ -64,7 +67,8 @@ class Target:
     def assert_full_capacity_free(self, tag: str) -> None:
         """As many calls at once as the capacity: every one answered (no slot leaked, none refused)."""
         before = self.metrics()
-        result = sipp("caller-soak.xml", self.sip_target, tag, self.capacity, self.capacity, "-d", "1500")
+        result = sipp("caller-soak.xml", self.sip_target, tag, self.capacity, self.capacity, "-d", "1500",
+                      rate=self.rate)
         assert result.returncode == 0, result.stderr.decode()[-2000:]
         after = self.idle()
         if self.capacity <= 4:  # (behind Kamailio a worker's refusal is failed over to the other one)
@@ -99,7 +103,7 @@ def _workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     def records() -> list[dict[str, Any]]:
         return node.records(0) + node.records(1) if os.path.isdir(node.records_dir) else []
 
-    yield Target(node.target, node.metrics, records, node.log, 8)
+    yield Target(node.target, node.metrics, records, node.log, 8, rate=8)
     stop_node(node)
     assert "Traceback" not in node.log(), node.log()[-4000:]
 
@@ -118,7 +122,7 @@ def test_a_caller_racing_the_answer_ends_its_call_once_and_frees_its_slot(target
     tag = scenario.split(".")[0].replace("caller-", "") + ("-w" if target.capacity > 4 else "")
     before = target.metrics()
     n = 3 * target.capacity
-    result = sipp(scenario, target.sip_target, tag, n, target.capacity)
+    result = sipp(scenario, target.sip_target, tag, n, target.capacity, rate=target.rate)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     after = target.idle()
     mine = [r for r in target.records() if str(r["call_id"]).startswith(f"{tag}-")]
@@ -136,7 +140,8 @@ def test_a_call_whose_media_cannot_be_set_up_is_refused_and_holds_no_slot(target
     or record is left, and right after them every slot takes a call (an admission pjsua answered itself
     must not keep counting against the capacity)."""
     tag = "nocodec" + ("-w" if target.capacity > 4 else "")
-    result = sipp("caller-no-common-codec.xml", target.sip_target, tag, 2 * target.capacity, target.capacity)
+    result = sipp("caller-no-common-codec.xml", target.sip_target, tag, 2 * target.capacity, target.capacity,
+                  rate=target.rate)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     target.idle()
     assert not [r for r in target.records() if str(r["call_id"]).startswith(f"{tag}-")]
