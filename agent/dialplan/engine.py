@@ -210,7 +210,6 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         if self.ended:
             return []
         if self._confirming_tool:
-            self._record("transcript", text=text)
             return self._tool_answer(parse_yes_no(text), text)
         ask = self._listening_ask()
         self._record("transcript" if ask is not None else "ignored", text=text)

@@ -281,6 +281,7 @@ class ModelToolsMixin:
         call = turn.current
         assert call is not None
         if text is not None:
+            self._record("transcript", text=text)  # type: ignore[attr-defined]
             self._conversation.append(("caller", text))  # type: ignore[attr-defined]
         self._record("answer", text=reply or "neither", data={"call": call.id})  # type: ignore[attr-defined]
         if reply is None and not turn.asked_twice:
