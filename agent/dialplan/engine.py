@@ -106,7 +106,7 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
     @property
     def waiting_for(self) -> str:
         """What the engine waits for: idle, listening, transferring, webhook, recording,
-        model or ended."""
+        model, model_tool (a webhook the model called) or ended."""
         return self._mode
 
     @property

@@ -15,7 +15,7 @@ from agent.dialplan.engine import DialogueSession
 from agent.dialplan.model import DialplanError, parse_dialplan
 from agent.integrations.chat_stream import ChatSettings, ModelReply, ToolCall, chat_payload
 from media.vad import VadConfig
-from tests.unit.test_session import FakeControl, FakeReactor, FakeSpeech
+from tests.unit.test_session import FRAME, FakeControl, FakeReactor, FakeSpeech
 
 DIALPLAN = """
 version: 1
@@ -210,3 +210,65 @@ def test_the_session_runs_a_tool_call_and_asks_the_model_again() -> None:
     assert len(hooks) == 1 and "account=9" in hooks[0].url
     assert len(asked) == 2 and asked[1].followup[-1]["tool_call_id"] == "x1"
     assert [e["kind"] for e in session.record()["dialogue"]].count("model_tool_result") == 1
+
+
+
+class Streamed:
+    """A call session whose model replies are Deferreds fired by the test (fake clock)."""
+
+    def __init__(self, dialplan: str) -> None:
+        self.reactor, self.speech, self.control = FakeReactor(), FakeSpeech(), FakeControl()
+        self.asked: list[AskModel] = []
+        self.sentences: list[Any] = []
+        self.replies: list[defer.Deferred[Any]] = []
+        dialogue = DialogueSession(parse_dialplan(dialplan, "t.yaml"), "main", {"call_id": "c1", "input": "hi"})
+        self.session = CallSession("c1", dialogue, self.speech, self.control, self.reactor,
+                                   settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=40)),
+                                   model_stream=self.model_stream)
+
+    def model_stream(self, action: AskModel, on_sentence: Any) -> defer.Deferred[Any]:
+        self.asked.append(action)
+        self.sentences.append(on_sentence)
+        self.replies.append(defer.Deferred())
+        return self.replies[-1]
+
+    def play_out(self) -> None:
+        for s in self.speech.syntheses:
+            if not getattr(s, "done", False):
+                s.done = True
+                s.on_audio(b"\x01" * FRAME * 3)
+                s.on_done()
+        for _ in range(20):
+            self.reactor.rightNow += 0.01
+            self.session.media.push_frame(bytes(FRAME))
+            self.session.playout.pull_frame(FRAME)
+            self.reactor.advance(0)
+
+    def synthesised(self) -> list[str]:
+        return [s.text for s in self.speech.syntheses]
+
+
+def test_the_session_asks_the_caller_before_a_hangup_the_model_asked_for() -> None:
+    """The streamed reply says a sentence, then calls the hangup tool: the sentence is spoken, then
+    the confirmation question, and the call is not ended while the question is open."""
+    h = Streamed(DIALPLAN)
+    h.session.start()
+    h.sentences[0]("I can end the call for you.")
+    h.play_out()
+    h.replies[0].callback(ModelReply("I can end the call for you.", (ToolCall("h1", "bye", "{}"),), "tool_calls"))
+    h.play_out()
+    assert h.synthesised() == ["I can end the call for you.", "Do you want to end the call?"]
+    assert h.session.dialogue.expects_input and not h.session.dialogue.ended
+    assert h.control.hung_up == 0
+
+
+def test_a_step_with_say_false_and_tools_streams_silently() -> None:
+    h = Streamed(DIALPLAN.replace("          max_tool_rounds: 2\n", "          max_tool_rounds: 2\n          say: false\n"))
+    h.session.start()
+    assert len(h.asked) == 1 and h.asked[0].tools and not h.asked[0].say
+    h.sentences[0]("Not to be spoken.")
+    h.play_out()
+    h.replies[0].callback(ModelReply("Not to be spoken."))
+    h.play_out()
+    assert "Not to be spoken." not in h.synthesised()
+    assert h.session.dialogue.variables["reply"] == "Not to be spoken."
