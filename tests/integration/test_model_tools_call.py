@@ -102,20 +102,23 @@ def test_a_call_uses_a_webhook_tool_and_a_confirmed_hangup(tmp_path, chat: Any, 
     try:
         code, report, out = run_caller(agent.uri, "--say", "check my balance", "--say", "that is all",
                                        "--say", "yes")
-        # the caller's last turn ("yes") gets no reply: the agent hangs up, so the caller reports not ok
+        # the caller's last turn ("yes") gets no reply, as the agent hangs up: the caller reports not ok
         assert report.get("answered") and not report.get("error"), out + agent.log()[-3000:]
-        assert report["hung_up_by"] == "agent", report
+        record = agent.wait_for(lambda: agent.records(), 20.0, "the call record")[-1]
+        story = json.dumps(report) + "\n" + json.dumps(record["dialogue"])
+        assert report["hung_up_by"] == "agent", story
         turns = report["turns"]  # type: ignore[index]
-        assert [t["latency_ms"] is not None for t in turns] == [True, True, False], report  # type: ignore[index]
+        # (the "yes" turn is judged by the record: under load the question may still be playing when
+        # the caller starts it, and the caller then counts the question as that turn's reply)
+        assert len(turns) == 3 and all(t["latency_ms"] is not None for t in turns[:2]), story  # type: ignore[index]
         assert seen and "account=42" in seen[0], seen
         tools_offered = [t["function"]["name"] for t in chat.requests[0]["body"]["tools"]]
         assert tools_offered == ["balance", "bye"]
         second = chat.requests[1]["body"]["messages"]
         assert second[-1]["role"] == "tool" and json.loads(second[-1]["content"]) == {
             "ok": True, "result": {"amount": "twelve"}}
-        assert "balance" in str(turns[0]["agent_text"]), report  # type: ignore[index]
-        assert "call" in str(turns[1]["agent_text"]), report  # type: ignore[index]
-        record = agent.wait_for(lambda: agent.records(), 20.0, "the call record")[-1]
+        assert "balance" in str(turns[0]["agent_text"]), story  # type: ignore[index]
+        assert "call" in str(turns[1]["agent_text"]) + str(turns[2]["agent_text"]), story  # type: ignore[index]
         said = [[s["text"] for s in turn["agent"]] for turn in record["turns"]]
         assert said[1][0] == "Your balance is twelve dollars." and said[2] == ["Do you want to end the call?"], said
         kinds = [e["kind"] for e in record["dialogue"]]
