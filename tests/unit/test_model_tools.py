@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from twisted.internet import defer
+from twisted.logger import formatEvent, globalLogPublisher
 
 from agent.call.session import CallSession, SessionSettings
 from agent.dialplan.actions import AskModel, CallWebhook, Hangup, Listen, Say, Transfer, WebhookResult
@@ -205,11 +206,24 @@ def test_the_session_runs_a_tool_call_and_asks_the_model_again() -> None:
                           settings=SessionSettings(vad=VadConfig(start_ms=50, end_ms=40)),
                           model_stream=model_stream, webhooks=webhooks)
     session.start()
-    replies[0].callback(ModelReply("", (ToolCall("x1", "balance", '{"account": "9"}'),), "tool_calls"))
-    reactor.advance(0.1)
+    logged: list[str] = []
+
+    def observer(event: dict[str, Any]) -> None:
+        logged.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observer)
+    try:
+        replies[0].callback(ModelReply("", (ToolCall("x0", "balance", '{"acount": "9"}'),
+                                            ToolCall("x1", "balance", '{"account": "9"}')), "tool_calls"))
+        reactor.advance(0.1)
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    assert any("call c1 model tool call x0 (balance) not run: balance: " in line and "invalid arguments" in line
+               for line in logged), logged
+    assert any("call c1 model tool call x1 (balance): ok" in line for line in logged), logged
     assert len(hooks) == 1 and "account=9" in hooks[0].url
     assert len(asked) == 2 and asked[1].followup[-1]["tool_call_id"] == "x1"
-    assert [e["kind"] for e in session.record()["dialogue"]].count("model_tool_result") == 1
+    assert [e["kind"] for e in session.record()["dialogue"]].count("model_tool_result") == 2
 
 
 
