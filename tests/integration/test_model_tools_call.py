@@ -1,7 +1,8 @@
 """A real call whose model step uses tools: the scripted chat-completions server (ops/chat_server.py)
 asks for the dialplan's balance webhook, served by a loopback HTTP server, then for a hangup; the
 agent runs the webhook, sends its answer back to the model, speaks the model's next reply, asks
-the caller to confirm the hangup, and ends the call on the caller's spoken "yes"."""
+the caller to confirm the hangup, and ends the call on the caller's spoken "yes"; a spoken "no"
+returns to the model."""
 from __future__ import annotations
 
 import json
@@ -100,9 +101,13 @@ def test_a_call_uses_a_webhook_tool_and_a_confirmed_hangup(tmp_path, chat: Any, 
     config.write_text(f"dialogue:\n  url: {chat.url}\n  model: scripted\nvariables:\n  api: {api}\n")
     agent = start_agent(str(tmp_path), "--config", str(config), "--dialplan", str(dialplan))
     try:
-        code, report, out = run_caller(agent.uri, "--say", "check my balance", "--say", "that is all",
-                                       "--say", "yes")
-        # the caller's last turn ("yes") gets no reply, as the agent hangs up: the caller reports not ok
+        code, report, out = run_caller(agent.uri, "--silence", "2.5", "--say", "check my balance", "--say", "that is all",
+                                       "--say", "yes", "--say", "okay")
+        # The caller's "yes" gets no reply, as the agent hangs up: the caller reports not ok. The
+        # recogniser hears a model flow with the general vocabulary (no phrase hints), and it
+        # misheard flite's "yes" in 4 of 10 runs here (as "death" or "then", and the same audio
+        # the same way when it was said again): the question is then asked once more, and the caller's
+        # "okay" (a turn it skips once the call has ended) answers it.
         assert report.get("answered") and not report.get("error"), out + agent.log()[-3000:]
         record = agent.wait_for(lambda: agent.records(), 20.0, "the call record")[-1]
         story = json.dumps(report) + "\n" + json.dumps(record["dialogue"])
@@ -110,7 +115,7 @@ def test_a_call_uses_a_webhook_tool_and_a_confirmed_hangup(tmp_path, chat: Any, 
         turns = report["turns"]  # type: ignore[index]
         # (the "yes" turn is judged by the record: under load the question may still be playing when
         # the caller starts it, and the caller then counts the question as that turn's reply)
-        assert len(turns) == 3 and all(t["latency_ms"] is not None for t in turns[:2]), story  # type: ignore[index]
+        assert len(turns) in (3, 4) and all(t["latency_ms"] is not None for t in turns[:2]), story  # type: ignore[index]
         assert seen and "account=42" in seen[0], seen
         tools_offered = [t["function"]["name"] for t in chat.requests[0]["body"]["tools"]]
         assert tools_offered == ["balance", "bye"]
@@ -124,9 +129,39 @@ def test_a_call_uses_a_webhook_tool_and_a_confirmed_hangup(tmp_path, chat: Any, 
         kinds = [e["kind"] for e in record["dialogue"]]
         assert "model_tools" in kinds and "model_tool_result" in kinds, kinds
         answers = [e["text"] for e in record["dialogue"] if e["kind"] == "answer"]
-        assert answers == ["yes"], record["dialogue"]
+        assert answers in (["yes"], ["neither", "yes"]), story[-1500:]
         assert record["path"]["end_reason"] == "caller_done", record
         log = agent.log()
         assert "model tool call call_1: balance" in log and "model tool call call_1 (balance): ok" in log, log[-3000:]
+    finally:
+        assert stop_agent(agent) == 0
+
+
+def test_a_hangup_the_caller_refuses_returns_to_the_model(tmp_path, chat: Any, bank: Any) -> None:
+    """The model asks to end the call, the caller says "no": the call goes on, the model gets
+    "not done: the caller said no" as the result, and its next reply is spoken."""
+    api, _ = bank
+    dialplan = tmp_path / "assistant.yaml"
+    dialplan.write_text(textwrap.dedent(DIALPLAN))
+    config = tmp_path / "config.yaml"
+    config.write_text(f"dialogue:\n  url: {chat.url}\n  model: scripted\nvariables:\n  api: {api}\n")
+    agent = start_agent(str(tmp_path), "--config", str(config), "--dialplan", str(dialplan))
+    try:
+        code, report, out = run_caller(agent.uri, "--silence", "2.5", "--say", "that is all", "--say", "no")
+        assert report.get("answered") and not report.get("error"), out + agent.log()[-3000:]
+        record = agent.wait_for(lambda: agent.records(), 20.0, "the call record")[-1]
+        story = json.dumps(report) + "\n" + json.dumps(record["dialogue"])
+        answers = [e["text"] for e in record["dialogue"] if e["kind"] == "answer"]
+        assert answers == ["no"], story
+        results = [e["text"] for e in record["dialogue"] if e["kind"] == "model_tool_result"]
+        assert results == ['bye: {"error": "not done: the caller said no"}'], story
+        after = chat.requests[1]["body"]["messages"]
+        assert after[-2]["tool_calls"][0]["function"]["name"] == "bye" and after[-1]["role"] == "tool", after
+        replies = [e["text"] for e in record["dialogue"] if e["kind"] == "model_reply"]
+        assert replies == ["All right, let us go on."], story
+        said = [s["text"] for turn in record["turns"] for s in turn["agent"]]
+        assert said[-2:] == ["All right, let us go on.", "How can I help?"], said
+        assert record["path"]["end_reason"] != "caller_done", story
+        assert not [e for e in record["dialogue"] if e["kind"] == "hangup" and e["text"] == "caller_done"], story
     finally:
         assert stop_agent(agent) == 0
