@@ -7,10 +7,14 @@ set rate after a set time to first token, then ``data: [DONE]``; without ``strea
 one ``chat.completion``. ``GET /v1/models`` lists the model. Replies come from rules (the first
 whose ``when`` is in the caller's last message, case-insensitive; a rule without ``when``
 matches anything), and a rule may ask for a tool call instead of text, or fail (``status``).
+After a tool result (the last message has role ``tool``) only rules whose ``after_tool`` names
+that function match, and their ``reply`` may use the result's fields (``{amount}``).
 Every request is kept (``requests``) so tests can check what the agent sent.
 
     python ops/chat_server.py --listen 127.0.0.1:8089 --rules rules.yaml --tokens-per-s 40
     rules.yaml:  - {when: "opening hours", reply: "We open at nine. We close at five."}
+                 - {when: "balance", tool: balance, arguments: {account: "42"}}
+                 - {after_tool: balance, reply: "Your balance is {amount} dollars."}
                  - {tool: hangup, arguments: {}}
 """
 from __future__ import annotations
@@ -44,6 +48,8 @@ class Rule:
     status: int = 200
     #: stop sending after this many tokens and hold the connection (a stalled model)
     stall_after: int | None = None
+    #: matches only right after a result of this function
+    after_tool: str | None = None
 
 
 @dataclass
@@ -64,11 +70,28 @@ class ChatServer:
     port: Any = None
 
     def rule_for(self, messages: list[dict[str, Any]]) -> Rule:
+        if messages and messages[-1].get("role") == "tool":
+            return self._after_tool(messages)
         last = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
         for rule in self.rules:
-            if rule.when is None or rule.when.lower() in str(last).lower():
+            if rule.after_tool is None and (rule.when is None or rule.when.lower() in str(last).lower()):
                 return rule
         return Rule(reply="I am not sure.")
+
+    def _after_tool(self, messages: list[dict[str, Any]]) -> Rule:
+        result = messages[-1]
+        names = {c.get("id"): (c.get("function") or {}).get("name")
+                 for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or ()}
+        name = names.get(result.get("tool_call_id"))
+        for rule in self.rules:
+            if rule.after_tool is not None and rule.after_tool == name:
+                try:
+                    content = json.loads(result.get("content") or "{}")
+                    fields = content.get("result") or {}
+                    return Rule(reply=rule.reply.format(**fields) if fields else rule.reply)
+                except (ValueError, KeyError, IndexError, AttributeError):
+                    return Rule(reply="That did not work.")
+        return Rule(reply="Done.")
 
     def site(self) -> server.Site:
         return server.Site(_Root(self))
@@ -164,7 +187,7 @@ def _stream(chat: ChatServer, request: Any, rule: Rule) -> None:
             deferLater(clock, interval, step)
             return
         if rule.tool is not None:
-            call = {"index": 0, "id": "call_1", "type": "function",
+            call = {"index": 0, "id": f"call_{len(chat.requests)}", "type": "function",
                     "function": {"name": rule.tool, "arguments": json.dumps(rule.arguments)}}
             send(_chunk(chat, {"tool_calls": [call]}))
             send(_chunk(chat, {}, "tool_calls"))
@@ -188,7 +211,7 @@ def load_rules(path: str) -> list[Rule]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", default="127.0.0.1:8089")
-    parser.add_argument("--rules", help="YAML list of {when, reply | tool, arguments, status}")
+    parser.add_argument("--rules", help="YAML list of {when | after_tool, reply | tool, arguments, status}")
     parser.add_argument("--tokens-per-s", type=float, default=40.0)
     parser.add_argument("--ttft-ms", type=float, default=150.0)
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY'")

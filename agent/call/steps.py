@@ -14,6 +14,7 @@ from twisted.logger import Logger
 
 from agent.app.metrics import AgentMetrics
 from agent.call.ports import CallControl, Reactor
+from agent.dialplan.model_tools import MODEL_TOOL
 from agent.dialplan.engine import Action, AskModel, CallWebhook, DialogueSession, Transfer, WebhookRequest, WebhookResult
 from agent.secrets import redact, redact_url
 
@@ -77,12 +78,22 @@ class ExternalSteps:
     def _webhook_done(self, result: WebhookResult, action: CallWebhook) -> None:
         if not self._is_current(action):
             return
+        if self._dialogue().waiting_for == MODEL_TOOL:
+            log.info("call {call_id} model tool call {id} ({step}): {outcome}", step=action.request.step,
+                     id=self._dialogue().model_tool_call,
+                     outcome="ok" if result.ok else f"failed ({result.reason})", **self._log_fields)
+            dialogue = self._dialogue()
+            seen = len(dialogue.history)
+            actions = dialogue.on_webhook_result(result)
+            self._log_tool_errors(dialogue, seen, skip=1)
+            self._finish(actions)
+            return
         log.info("call {call_id} webhook {step}: {outcome}", step=action.request.step,
                  outcome="ok" if result.ok else f"failed ({redact(result.reason)})", **self._log_fields)
         self._finish(self._dialogue().on_webhook_result(result))
 
     def start_model(self, action: AskModel) -> None:
-        if self._model_stream is not None and action.say:
+        if self._model_stream is not None and (action.say or action.tools):
             self._start_streamed_model(action)
             return
         if self._model is None:
@@ -106,7 +117,7 @@ class ExternalSteps:
         spoken = SpokenReply(action)
 
         def on_sentence(text: str) -> None:
-            if not spoken.cancelled:
+            if not spoken.cancelled and action.say:
                 spoken.waiting.append(text)
                 self._pump(spoken)
 
@@ -153,10 +164,27 @@ class ExternalSteps:
         elif spoken.error is not None:
             log.info("call {call_id} model failed: {reason}", reason=spoken.error, **self._log_fields)
             self._finish(dialogue.on_model_failed(spoken.error))
+        elif spoken.reply is not None and getattr(spoken.reply, "tool_calls", ()):
+            calls = spoken.reply.tool_calls
+            for call in calls:
+                log.info("call {call_id} model tool call {id}: {name}({args})", id=call.id, name=call.name,
+                         args=call.arguments[:200], **self._log_fields)
+            seen = len(dialogue.history)
+            actions = dialogue.on_model_tool_calls(calls, said=" ".join(spoken.said))
+            self._log_tool_errors(dialogue, seen)
+            self._finish(actions)
         elif spoken.reply is not None:
             text = getattr(spoken.reply, "text", spoken.reply)
             self._finish(dialogue.on_model_reply(text, said=bool(spoken.said)) if spoken.said
                          else dialogue.on_model_reply(text))
+
+    def _log_tool_errors(self, dialogue: DialogueSession, seen: int, skip: int = 0) -> None:
+        """Log the tool results since event *seen* that are errors (the first *skip* are logged already)."""
+        results = [e for e in list(dialogue.history)[seen:] if e.kind == "model_tool_result"][skip:]
+        for event in results:
+            if event.data and event.data.get("ok") == "false":
+                log.info("call {call_id} model tool call {id} ({tool}) not run: {text}", id=event.data.get("call"),
+                         tool=event.data.get("tool"), text=event.text, **self._log_fields)
 
     def interrupt_model(self, spoken: SpokenReply) -> list[Action]:
         """The caller barged in on the streamed reply: stop the model, keep what was said, and

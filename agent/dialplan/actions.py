@@ -85,7 +85,7 @@ Timing rules:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Union
+from typing import Any, Mapping, Union
 
 from agent.dialplan.model import Endpointing
 
@@ -223,6 +223,12 @@ class AskModel:
     language: str = "en-US"
     #: the reply is to be spoken (the step's ``say``): it may be streamed to synthesis
     say: bool = True
+    #: OpenAI ``tools`` the model may call (the step's ``tools``)
+    tools: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    #: ``auto``, or ``none`` once the turn's tool rounds are used up
+    tool_choice: str = "auto"
+    #: messages after the caller's words: the model's tool calls and their results
+    followup: tuple[dict[str, Any], ...] = field(default=(), compare=False)
 
 
 Action = Union[Say, Listen, Transfer, Hangup, CallWebhook, Record, AskModel]

@@ -31,6 +31,7 @@ from agent.dialplan.model import (
     AskStep, Dialplan, Intent, ModelStep, QueueStep, RecordStep, RepromptPolicy, Settings,
     Template, TransferStep, WebhookStep,
 )
+from agent.dialplan.model_tools import MODEL_TOOL, ModelToolsMixin
 from agent.dialplan.runner import (
     ENDED, IDLE, LISTENING, MAX_STEPS_PER_EVENT, MAX_SUBFLOW_DEPTH, MODEL, RECORDING,
     TRANSFERRING, WEBHOOK, FlowRunner, dtmf_flag,
@@ -57,7 +58,7 @@ __all__ = [
 ]
 
 
-class DialogueSession(FlowRunner):
+class DialogueSession(ModelToolsMixin, FlowRunner):
     """One call's progress through one flow of a dialplan.
 
     *variables* are the call's template values with flat dotted keys (see
@@ -105,7 +106,7 @@ class DialogueSession(FlowRunner):
     @property
     def waiting_for(self) -> str:
         """What the engine waits for: idle, listening, transferring, webhook, recording,
-        model or ended."""
+        model, model_tool (a webhook the model called) or ended."""
         return self._mode
 
     @property
@@ -208,6 +209,8 @@ class DialogueSession(FlowRunner):
         """
         if self.ended:
             return []
+        if self._confirming_tool:
+            return self._tool_answer(parse_yes_no(text), text)
         ask = self._listening_ask()
         self._record("transcript" if ask is not None else "ignored", text=text)
         if ask is None:
@@ -246,6 +249,8 @@ class DialogueSession(FlowRunner):
 
         Answers the waiting ask; ignored otherwise.
         """
+        if self._confirming_tool:
+            return self._tool_dtmf(digit[:1])
         if len(digit) <= 1:
             return self._dtmf_one(digit)[0]
         actions: list[Action] = []
@@ -258,6 +263,8 @@ class DialogueSession(FlowRunner):
 
     def on_no_input(self) -> list[Action]:
         """The Listen timed out without speech. Ignored unless an ask is waiting."""
+        if self._confirming_tool:
+            return self._tool_answer(None, None)
         ask = self._listening_ask()
         if ask is None:
             return []
@@ -298,6 +305,8 @@ class DialogueSession(FlowRunner):
     def on_webhook_result(self, result: WebhookResult) -> list[Action]:
         """The outcome of the CallWebhook; success continues, failure takes ``on_failure``."""
         step = self._step
+        if self._mode == MODEL_TOOL:
+            return self._model_tool_webhook_result(result)
         if self._mode != WEBHOOK or not isinstance(step, WebhookStep):
             return []
         self._mode = IDLE

@@ -27,6 +27,7 @@ from agent.dialplan.checks import (
     check_variables,
     sorted_unique,
 )
+from agent.dialplan.model_tools import check_model_tools
 from agent.dialplan.model import (
     DEFAULT_ROUTE_PRIORITY,
     DEFAULT_SETTINGS,
@@ -124,6 +125,7 @@ def _build(sources: Sequence[tuple[str, str]]) -> Dialplan:
     issues.extend(check_variables(merged))
     issues.extend(check_intents(merged))
     issues.extend(check_routes(routes))
+    issues.extend(DialplanIssue(mark, message) for mark, message in check_model_tools(flows))
     if not issues and not merged.had_errors and routes:
         # The shape of the flows is only meaningful once every reference resolves.
         issues.extend(check_reachability(routes, flows))

@@ -545,6 +545,21 @@ class ModelStep:
     settings: Settings
     mark: Mark
     next: str | None = None
+    #: functions of the flow offered to the model (see agent.dialplan.model_tools)
+    tools: tuple["ModelTool", ...] = ()
+    #: most tool calls answered in one turn before the model must reply in words
+    max_tool_rounds: int = 3
+
+
+@dataclass(frozen=True)
+class ModelTool:
+    """A step of the flow (webhook, transfer, queue or hangup) the model may call by its id."""
+
+    step: str
+    description: str
+    #: JSON schema of the arguments (an object)
+    parameters: JsonValue
+    mark: Mark
 
 
 Step = Union[
@@ -807,7 +822,7 @@ def step_targets(flow: Flow, step: Step) -> list[tuple[str | None, str | None]]:
     if isinstance(step, RecordStep):
         return [successor, at(step.on_failure) if step.on_failure else successor]
     if isinstance(step, ModelStep):
-        return [successor, at(step.on_failure)]
+        return [successor, at(step.on_failure)] + [at(tool.step) for tool in step.tools]
     if isinstance(step, GotoStep):
         if step.flow is None:
             return [at(step.step)]

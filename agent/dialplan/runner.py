@@ -295,8 +295,7 @@ class FlowRunner:
         self._record("model", text=text)
         self._mode = MODEL
         history = tuple(self._conversation[-MAX_HISTORY_TURNS:])
-        actions.append(AskModel(instructions, text, history, step.timeout_ms,
-                                step.settings.language, say=step.say))
+        actions.append(self._model_ask(step, instructions, text, history))  # type: ignore[attr-defined]
         return None
 
     def _hangup_step(self, step: HangupStep, actions: list[Action]) -> str | None:

@@ -23,6 +23,7 @@ from agent.dialplan.model import (
     Holiday,
     HoursStep,
     ModelStep,
+    ModelTool,
     OpenWindow,
     QueueStep,
     RecordStep,
@@ -44,6 +45,7 @@ from agent.dialplan.templates import (
 )
 from agent.dialplan.node_reader import Entries, is_null
 from agent.dialplan.ask_reader import AskReader
+from agent.dialplan.model_tools import ARGS_PREFIX, parameters_problem, plain_json
 from agent.yamlmarks import Mark
 
 __all__ = ["StepReader"]
@@ -488,12 +490,53 @@ class StepReader(AskReader):
         on_failure = self.ref(entries["on_failure"][1], "on_failure")
         if save_as:
             self.result.variables.add(save_as)
+        tools: tuple[ModelTool, ...] | None = ()
+        if "tools" in entries:
+            tools = self._model_tools(entries["tools"][1])
+        rounds = self.optional(entries, "max_tool_rounds", self.integer)
+        ok = ok and tools is not None and ("max_tool_rounds" not in entries or rounds is not None)
         if not ok or on_failure is None or ("instructions" in entries and instructions is None):
             return None
         return ModelStep(
             step_id, instructions, text, save_as, say,
             timeout if timeout is not None else 5000, on_failure, settings, mark, next_step,
+            tools or (), rounds if rounds is not None else 3,
         )
+
+    def _model_tools(self, node: Node) -> tuple[ModelTool, ...] | None:
+        """A model step's ``tools``: step ids, or ``{step, description, parameters}``."""
+        if not isinstance(node, SequenceNode):
+            return None
+        tools: list[ModelTool] = []
+        ok = True
+        for item in node.value:
+            if isinstance(item, ScalarNode):
+                name = self.ref(item, "tools")
+                if name is None:
+                    ok = False
+                    continue
+                tools.append(ModelTool(name, "", None, self.mark(item)))
+                continue
+            entries = self.mapping(item)
+            if entries is None or "step" not in entries:
+                ok = False
+                continue
+            name = self.ref(entries["step"][1], "tools")
+            description = self.optional(entries, "description", self.string) or ""
+            parameters = None
+            if "parameters" in entries:
+                parameters = plain_json(entries["parameters"][1])
+                problem = parameters_problem(parameters)
+                if problem is not None:
+                    self.error(entries["parameters"][1], f"'parameters' of tool {name!r}: {problem}")
+                    ok = False
+            if name is None:
+                ok = False
+                continue
+            tools.append(ModelTool(name, description, parameters, self.mark(item)))
+        if tools:
+            self.result.prefixes[ARGS_PREFIX] = None
+        return tuple(tools) if ok else None
 
 
 def _replace(settings: Settings, **changes: object) -> Settings:

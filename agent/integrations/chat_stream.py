@@ -63,16 +63,17 @@ class ModelReply:
     finish_reason: str = ""
 
 
-def chat_messages(action: AskModel, history_turns: int) -> list[dict[str, str]]:
-    """``messages``: the instructions, the last *history_turns* lines of the conversation, then
-    the caller's words."""
-    messages = []
+def chat_messages(action: AskModel, history_turns: int) -> list[dict[str, Any]]:
+    """``messages``: the instructions, the last *history_turns* lines of the conversation, the
+    caller's words, then this turn's tool calls and their results."""
+    messages: list[dict[str, Any]] = []
     if action.instructions:
         messages.append({"role": "system", "content": action.instructions})
     history = action.history[-history_turns:] if history_turns > 0 else ()
     for role, text in history:
         messages.append({"role": "assistant" if role == "agent" else "user", "content": text})
     messages.append({"role": "user", "content": action.text})
+    messages.extend(action.followup)
     return messages
 
 
@@ -81,8 +82,10 @@ def chat_payload(settings: ChatSettings, action: AskModel, tools: list[dict[str,
                                "max_tokens": settings.max_tokens, "stream": True}
     if settings.temperature is not None:
         payload["temperature"] = settings.temperature
+    tools = tools if tools is not None else list(action.tools)
     if tools:
         payload["tools"] = tools
+        payload["tool_choice"] = action.tool_choice
     return payload
 
 
