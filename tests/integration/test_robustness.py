@@ -261,6 +261,7 @@ def test_torture_message_gets_an_allowed_answer(agent: AgentProcess, baseline: d
         code = exchange(peer, case.render(target, peer.local, proto), proto)
     finally:
         peer.close()
+    print(f"{case.name} over {transport}: {code or 'no answer'}")
     assert case.allows(code), f"{case.name} over {transport}: got {code or 'no answer'}, allowed {case.expect}"
     assert options(target) == 200, f"OPTIONS not answered after {case.name}\n{agent.log()[-3000:]}"
 
@@ -292,6 +293,7 @@ def test_oversize_truncated_and_binary_datagrams(agent: AgentProcess, baseline: 
             code, reply = _final(peer.recv, data, quiet_s=1.0)
             if code >= 200 and data.startswith(b"INVITE"):
                 _ack_or_bye(peer.send, data, reply, target, peer.local, "UDP")
+            print(f"datagram {name}: {code or 'no answer'}")
             assert code == 0 or 400 <= code < 500 or code in (513,), f"{name}: {code} {reply[:200]!r}"
             assert options(target) == 200, f"OPTIONS not answered after {name}"
     finally:
@@ -324,16 +326,20 @@ def test_garbage_over_tcp(agent: AgentProcess, baseline: dict[str, int]) -> None
             except OSError:
                 pass  # the server may close a connection it will not read on
             s.settimeout(1.0)
-            got = b""
+            got, closed = b"", False
             try:
                 while len(got) < 200000:
                     chunk = s.recv(65536)
                     if not chunk:
+                        closed = True
                         break
                     got += chunk
-            except (socket.timeout, OSError):
+            except socket.timeout:
                 pass
+            except OSError:
+                closed = True
         codes = [int(c) for c in re.findall(rb"SIP/2\.0 (\d{3}) ", got)]
+        print(f"TCP {name}: {codes or 'no answer'}, {'closed' if closed else 'left open'} by the server")
         allowed = {100, 200} if name.startswith("an OPTIONS") else {100}
         assert all(c in allowed or 400 <= c < 500 or c == 513 for c in codes), f"{name}: {codes}"
         if name.startswith("an OPTIONS"):
