@@ -138,6 +138,7 @@ def bad_content_length(raw: str) -> Rejection | None:
     values = _CONTENT_LENGTH_RE.findall(head)
     if not values:
         return None
-    if len(values) > 1 or not values[0].strip().isdigit() or int(values[0].strip()) > len(body.encode("utf-8", "replace")):
+    declared = values[0].strip()
+    if len(values) > 1 or not declared.isdigit() or int(declared) > len(body.encode("utf-8", "replace")):
         return Rejection(400, "Bad Request (Content-Length does not match the body)")
     return None

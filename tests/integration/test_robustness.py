@@ -18,7 +18,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -83,7 +83,8 @@ def _status(reply: bytes) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _ack_or_bye(sock_send, request: bytes, reply: bytes, target: str, local: str, proto: str) -> None:  # type: ignore[no-untyped-def]
+def _ack_or_bye(sock_send: Callable[[bytes], None], request: bytes, reply: bytes, target: str, local: str,
+                proto: str) -> None:
     """Close an INVITE transaction the server answered: ACK a failure; ACK and BYE a success."""
     text = reply.decode(errors="replace")
     req = request.decode(errors="replace")
@@ -108,7 +109,8 @@ def _ack_or_bye(sock_send, request: bytes, reply: bytes, target: str, local: str
                   f"{common}CSeq: {int(cseq.group(1)) + 1} BYE\r\nContent-Length: 0\r\n\r\n".encode())
 
 
-def _final(recv, request: bytes, quiet_s: float = 1.5, ringing_s: float = 10.0) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]
+def _final(recv: Callable[[], bytes | None], request: bytes, quiet_s: float = 1.0,
+           ringing_s: float = 10.0) -> tuple[int, bytes]:
     """Wait for the final answer to *request*: (code, reply), or (0, b'') when nothing comes in *quiet_s*
     (longer once a provisional came). Answers to other requests (a BYE's 200) are skipped."""
     start = time.monotonic()
@@ -190,7 +192,7 @@ class TcpPeer:
         self.sock.close()
 
 
-def exchange(peer, request: bytes, proto: str) -> int:  # type: ignore[no-untyped-def]
+def exchange(peer: "UdpPeer | TcpPeer", request: bytes, proto: str) -> int:
     """Send *request* on *peer*; its final answer's code (0: none), closing any INVITE it opened."""
     peer.send(request)
     code, reply = _final(peer.recv, request)
@@ -311,7 +313,8 @@ def test_garbage_over_tcp(agent: AgentProcess, baseline: dict[str, int]) -> None
     invite = _invite_bytes(target, "127.0.0.1:9").replace(b"/UDP ", b"/TCP ")
     shapes = [
         ("random", bytes(rng.randrange(256) for _ in range(4096))),
-        ("64 KiB header", invite.replace(b"Max-Forwards: 70\r\n", b"X-Huge: " + b"a" * 65536 + b"\r\nMax-Forwards: 70\r\n")),
+        ("64 KiB header", invite.replace(b"Max-Forwards: 70\r\n",
+                                         b"X-Huge: " + b"a" * 65536 + b"\r\nMax-Forwards: 70\r\n")),
         ("Content-Length never sent", re.sub(rb"Content-Length: \d+", b"Content-Length: 2147483647", invite)),
         ("CRLF flood", b"\r\n" * 20000),
     ]
@@ -375,7 +378,8 @@ def test_malformed_rtp_leaves_the_call_up(agent: AgentProcess, baseline: dict[st
     media.bind(("127.0.0.1", 0))
     peer = UdpPeer(target)
     try:
-        offer = _invite_bytes(target, peer.local).replace(b"m=audio 40998 ", f"m=audio {media.getsockname()[1]} ".encode())
+        offer = _invite_bytes(target, peer.local).replace(b"m=audio 40998 ",
+                                                          f"m=audio {media.getsockname()[1]} ".encode())
         peer.send(offer)
         code, reply = _final(peer.recv, offer)
         assert code == 200, f"the call was not answered: {code} {reply[:300]!r}"
@@ -383,8 +387,10 @@ def test_malformed_rtp_leaves_the_call_up(agent: AgentProcess, baseline: dict[st
         assert m, reply
         dest = ("127.0.0.1", int(m.group(1)))
         to = re.search(rb"(?im)^(?:To|t)\s*:\s*(.*?)\r$", reply, re.M).group(1).decode()  # type: ignore[union-attr]
-        contact = re.search(rb"(?im)^(?:Contact|m)\s*:.*?<([^>]+)>", reply, re.M).group(1).decode()  # type: ignore[union-attr]
-        call_id = re.search(rb"(?im)^(?:Call-ID|i)\s*:\s*(.*?)\r$", reply, re.M).group(1).decode()  # type: ignore[union-attr]
+        contact_m = re.search(rb"(?im)^(?:Contact|m)\s*:.*?<([^>]+)>", reply, re.M)
+        call_id_m = re.search(rb"(?im)^(?:Call-ID|i)\s*:\s*(.*?)\r$", reply, re.M)
+        assert contact_m and call_id_m, reply
+        contact, call_id = contact_m.group(1).decode(), call_id_m.group(1).decode()
         dialog = (f"Max-Forwards: 70\r\nFrom: <sip:caller@example.net>;tag=t\r\nTo: {to}\r\nCall-ID: {call_id}\r\n")
         peer.send(f"ACK {contact} SIP/2.0\r\nVia: SIP/2.0/UDP {peer.local};rport;branch=z9hG4bK{uuid.uuid4().hex}\r\n"
                   f"{dialog}CSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n".encode())
@@ -397,16 +403,18 @@ def test_malformed_rtp_leaves_the_call_up(agent: AgentProcess, baseline: dict[st
             time.sleep(0.02)
         shapes: list[tuple[str, list[bytes]]] = [
             ("other SSRCs", [rtp(seq + i, ts + 160 * i, rng.randrange(1 << 32), 0, silence) for i in range(100)]),
-            ("unknown payload types", [rtp(seq + i, ts, ssrc, pt, silence) for i, pt in enumerate((8, 9, 18, 34, 96, 99, 126, 127) * 10)]),
+            ("unknown payload types", [rtp(seq + i, ts, ssrc, pt, silence)
+                                       for i, pt in enumerate((8, 9, 18, 34, 96, 99, 126, 127) * 10)]),
             ("9,000-byte packets", [rtp(seq + i, ts, ssrc, 0, b"\xff" * 9000) for i in range(20)]),
             ("65,000-byte packets", [rtp(seq + i, ts, ssrc, 0, b"\x7f" * 65000) for i in range(5)]),
-            ("cut headers", [bytes([0x80, 0, 1])[:n] for n in range(4)] + [rtp(seq, ts, ssrc, 0, b"")[:n] for n in range(4, 12)]),
+            ("cut headers", [rtp(seq, ts, ssrc, 0, b"")[:n] for n in range(12)]),
             ("15 CSRCs announced, none sent", [rtp(seq + i, ts, ssrc, 0, b"\x00" * 8, first=0x8F) for i in range(20)]),
             ("extension longer than the packet", [rtp(seq + i, ts, ssrc, 0, b"\xbe\xde\xff\xff" + b"\x00" * 8, first=0x90)
                                                   for i in range(20)]),
             ("padding longer than the packet", [rtp(seq + i, ts, ssrc, 0, b"\xff" * 10 + b"\xfe", first=0xA0)
                                                 for i in range(20)]),
-            ("RTP versions 0, 1 and 3", [rtp(seq + i, ts, ssrc, 0, silence, first=v) for i, v in enumerate((0x00, 0x40, 0xC0) * 10)]),
+            ("RTP versions 0, 1 and 3", [rtp(seq + i, ts, ssrc, 0, silence, first=v)
+                                         for i, v in enumerate((0x00, 0x40, 0xC0) * 10)]),
             ("sequence and timestamp jumps", [rtp(s, t, ssrc, 0, silence) for s, t in
                                               ((seq + 30000, ts), (0, 0), (65535, 0xFFFFFFFF), (seq - 5000, ts - 999999),
                                                (seq, ts + 0x7FFFFFFF), (seq + 1, ts), (seq + 1, ts), (seq + 2, ts))]),
@@ -439,7 +447,7 @@ def test_malformed_rtp_leaves_the_call_up(agent: AgentProcess, baseline: dict[st
         peer.close()
         media.close()
     agent.wait_for(lambda: agent.metrics().get("openclaw_active_calls") == 0.0, 30.0, "no active calls")
-    record = [r for r in agent.records() if r.get("call_id") == call_id or call_id in str(r)]
+    record = [r for r in agent.records() if r.get("call_id") == call_id]
     assert record, f"no call record for {call_id}"
 
 
