@@ -2,7 +2,7 @@
 
 The SIP corpus is tests/data/sip-torture/ (RFC 4475-style messages, one per file, each naming the
 answers it may get) plus shapes made here: a 64 KiB header, truncated and binary datagrams, and
-garbage, oversize and half-sent messages over TCP. The RTP part sends wrong SSRCs and payload types,
+garbage, oversize and half-sent messages over TCP and garbage over TLS. The RTP part sends wrong SSRCs and payload types,
 huge and truncated packets, sequence jumps and an RFC 4733 event flood to an answered call's media
 port. Throughout, the server must keep answering OPTIONS, answer each bad message with a 4xx (or an
 allowed code) or ignore it, keep the call up, answer a real SIPp call afterwards, and leak nothing:
@@ -14,6 +14,7 @@ import os
 import random
 import re
 import socket
+import ssl
 import struct
 import time
 import uuid
@@ -22,7 +23,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.integration.conftest import ROOT, AgentProcess, run_sipp, start_agent, stop_agent
+from tests.integration.conftest import ROOT, AgentProcess, free_port, run_sipp, start_agent, stop_agent
+from tests.integration.tls_certs import make_pki
 
 pytestmark = pytest.mark.integration
 
@@ -226,12 +228,17 @@ def rss_kib(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
-    """UDP and TCP on one port; capacity 2."""
+    """UDP and TCP on one port, TLS on another; capacity 2."""
     tmp = str(tmp_path_factory.mktemp("robust"))
+    pki = make_pki(os.path.join(tmp))
+    tls_port = free_port(socket.SOCK_STREAM)
     cfg = os.path.join(tmp, "config.yaml")
     with open(cfg, "w", encoding="utf-8") as f:
-        f.write("sip:\n  transports: [udp, tcp]\n")
+        f.write(f"sip:\n  transports: [udp, tcp, tls]\n  tls:\n    port: {tls_port}\n"
+                f"    certificate: {pki.server_cert}\n    private_key: {pki.server_key}\n    ca_file: {pki.ca_file}\n")
     a = start_agent(tmp, "--config", cfg, capacity=2)
+    a.tls_port = tls_port  # type: ignore[attr-defined]
+    a.ca_file = pki.ca_file  # type: ignore[attr-defined]
     yield a
     assert stop_agent(a) == 0, a.log()[-3000:]
     assert "Traceback" not in a.log(), a.log()[-6000:]
@@ -356,6 +363,32 @@ def test_garbage_over_tcp(agent: AgentProcess, baseline: dict[str, int]) -> None
             time.sleep(0.5)
     finally:
         held.close()
+    tls_port = agent.tls_port  # type: ignore[attr-defined]
+    tls_shapes = [("plain SIP", options_req), ("a ClientHello cut short", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
+                  ("a record claiming 16 MiB", b"\x16\x03\x03\xff\xff" + bytes(rng.randrange(256) for _ in range(3000))),
+                  ("random", bytes(rng.randrange(256) for _ in range(4096)))]
+    for name, data in tls_shapes:
+        with socket.create_connection((host, tls_port), timeout=5) as s:
+            try:
+                s.sendall(data)
+                s.settimeout(1.0)
+                s.recv(65536)
+            except OSError:
+                pass
+        assert options(target) == 200, f"OPTIONS not answered after TLS {name}"
+    ctx = ssl.create_default_context(cafile=agent.ca_file)  # type: ignore[attr-defined]
+    ctx.check_hostname = False
+    with socket.create_connection((host, tls_port), timeout=5) as raw:
+        with ctx.wrap_socket(raw) as s:  # garbage inside a good TLS session
+            s.sendall(bytes(rng.randrange(256) for _ in range(4096)))
+            s.settimeout(1.0)
+            try:
+                got = s.recv(65536)
+            except (OSError, ssl.SSLError):
+                got = b""
+            print(f"TLS garbage inside a session: {got[:40]!r}")
+            assert not re.search(rb"SIP/2\.0 [235]\d\d", got), got[:300]
+    assert options(target) == 200, "OPTIONS not answered after garbage inside a TLS session"
     for _ in range(40):
         with socket.create_connection((host, port), timeout=5) as s:
             s.sendall(b"OPTIONS sip:1000@" + target.encode() + b" SIP/2.0\r\n")
