@@ -364,7 +364,8 @@ def test_garbage_over_tcp(agent: AgentProcess, baseline: dict[str, int]) -> None
     finally:
         held.close()
     tls_port = agent.tls_port  # type: ignore[attr-defined]
-    tls_shapes = [("plain SIP", options_req), ("a ClientHello cut short", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
+    tls_shapes = [("plain SIP", options_req),
+                  ("a ClientHello cut short", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
                   ("a record claiming 16 MiB", b"\x16\x03\x03\xff\xff" + bytes(rng.randrange(256) for _ in range(3000))),
                   ("random", bytes(rng.randrange(256) for _ in range(4096)))]
     for name, data in tls_shapes:
