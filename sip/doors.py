@@ -119,3 +119,26 @@ def sdp_part(content_type: str, body: str, max_bytes: int) -> str:
     if not sdp.startswith("v=0"):
         raise ValueError("the SDP part does not start with v=0")
     return sdp.replace("\n", "\r\n") + "\r\n"
+
+
+_CONTENT_LENGTH_RE = re.compile(r"^(?:content-length|l)[ \t]*:[ \t]*(.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+
+
+def bad_content_length(raw: str) -> Rejection | None:
+    """``400`` when Content-Length is not a number or promises more body than came (RFC 3261 §18.3).
+
+    Over a stream pjsip frames the message by Content-Length, so this only fires on a datagram,
+    whose body pjsip would otherwise take as it is (a truncated offer answered as if whole).
+    """
+    head_end = min((i for i in (raw.find("\r\n\r\n"), raw.find("\n\n")) if i >= 0), default=-1)
+    if head_end < 0:
+        return None
+    head = raw[:head_end]
+    body = raw[head_end + (4 if raw.startswith("\r\n\r\n", head_end) else 2):]
+    values = _CONTENT_LENGTH_RE.findall(head)
+    if not values:
+        return None
+    declared = values[0].strip()
+    if len(values) > 1 or not declared.isdigit() or int(declared) > len(body.encode("utf-8", "replace")):
+        return Rejection(400, "Bad Request (Content-Length does not match the body)")
+    return None

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from twisted.logger import Logger
 
-from sip.doors import DoorSettings, Reduced, screen_doors, unsupported_media
+from sip.doors import DoorSettings, Reduced, bad_content_length, screen_doors, unsupported_media
 from sip.guard import InboundGuard
 from sip.message import SipRequest, parse_request
 from sip.rejection import Rejection, ReplaceBody
@@ -51,7 +51,7 @@ class RequestScreen:
             request = parse_request(raw)
         except ValueError:
             return None  # pjsip answers (or drops) it as it would have
-        verdict = screen_doors(request, self.doors)
+        verdict = (None if request.method == "ACK" else bad_content_length(raw)) or screen_doors(request, self.doors)
         if verdict is None:
             return None
         if isinstance(verdict, Reduced):
@@ -59,7 +59,7 @@ class RequestScreen:
                      call_id=request.call_id)
             self.on_refused("multipart_reduced")
             return ReplaceBody("application", "sdp", verdict.sdp, unsupported_media())
-        self.on_refused("unsupported_media" if verdict.status == 415 else "method_not_allowed")
+        self.on_refused({415: "unsupported_media", 400: "bad_content_length"}.get(verdict.status, "method_not_allowed"))
         log.info("{method} {call_id} from {source} refused: {status} {reason}", method=request.method[:20],
                  call_id=request.call_id[:80], source=peer, status=verdict.status, reason=verdict.reason)
         return verdict

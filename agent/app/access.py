@@ -13,7 +13,7 @@ log = Logger(namespace="openclaw.server")
 
 #: labels of openclaw_sip_refused_total (docs/metrics.md)
 REFUSAL_REASONS = ("untrusted", "banned", "auth_challenge", "auth_failed", "auth_stale", "auth_rate_limited",
-                   "unsupported_media", "method_not_allowed", "multipart_reduced")
+                   "unsupported_media", "method_not_allowed", "multipart_reduced", "bad_content_length")
 
 
 class ServerAccess:

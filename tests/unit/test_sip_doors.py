@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sip.doors import ALLOW, DoorSettings, Reduced, screen_doors, sdp_part
+from sip.doors import ALLOW, DoorSettings, Reduced, bad_content_length, screen_doors, sdp_part
 from sip.message import parse_request
 from sip.rejection import Rejection
 
@@ -91,3 +91,30 @@ def test_strict_parser_bounds_the_size() -> None:
     ctype, body = GOOD
     with pytest.raises(ValueError, match="over 100 bytes"):
         sdp_part(ctype, body, 100)
+
+
+@pytest.mark.parametrize("length, refused", [
+    ("{n}", False), (" {n} ", False), ("0", False), ("{less}", False),  # a body longer than declared is cut, not refused
+    ("{more}", True), ("9999", True), ("-1", True), ("abc", True), ("", True), ("99999999999999999999999", True),
+])
+def test_content_length_must_be_a_number_no_larger_than_the_body(length: str, refused: bool) -> None:
+    """A datagram whose Content-Length is not a number, or promises more than came, gets 400 (RFC 3261 §18.3)."""
+    body = SDP if length != "0" else ""
+    n = len(body.encode())
+    text = req(ctype="application/sdp", body=body).replace(
+        f"Content-Length: {n}", "Content-Length: " + length.format(n=n, less=n - 5, more=n + 1))
+    verdict = bad_content_length(text)
+    if refused:
+        assert verdict == Rejection(400, "Bad Request (Content-Length does not match the body)")
+    else:
+        assert verdict is None
+
+
+def test_content_length_compact_duplicate_and_bare_lf() -> None:
+    """The compact form l: is read, two Content-Length headers are refused, LF-only messages are measured too."""
+    assert bad_content_length(req(body="").replace("Content-Length: 0", "l: 5")) is not None
+    assert bad_content_length(req(body="").replace("Content-Length: 0", "Content-Length: 0\r\nContent-Length: 0"))
+    lf = req(ctype="application/sdp", body="v=0\n").replace("\r\n", "\n")
+    assert bad_content_length(lf) is None
+    assert bad_content_length(lf.replace("Content-Length: 4", "Content-Length: 5")) is not None
+    assert bad_content_length("OPTIONS sip:a SIP/2.0\r\nContent-Length: 10\r\n") is None  # no end of headers: pjsip's
