@@ -137,10 +137,17 @@ class IntentMatch:
     example: str
 
 
+COLLOQUIAL = {"nope": "no", "nah": "no", "naw": "no", "yep": "yes", "yup": "yes", "yeah": "yes", "yea": "yes",
+              "ya": "yes", "gonna": "going to", "wanna": "want to", "gotta": "have to", "thx": "thanks"}
+"""Everyday short forms, written out before matching by words and by meaning: "nope" is the word
+"no" (and a sentence encoder does not relate it to "no thanks")."""
+
+
 def normalize(text: str) -> list[str]:
     """Split *text* into lower-case word tokens without punctuation or apostrophes.
 
-    Single digits are spelt out ("1" becomes "one") so spoken and written digits compare equal.
+    Single digits are spelt out ("1" becomes "one") so spoken and written digits compare equal;
+    colloquial short forms are written out (:data:`COLLOQUIAL`).
     """
     tokens: list[str] = []
     for raw in _NON_WORD.split(text.lower()):
@@ -149,7 +156,7 @@ def normalize(text: str) -> list[str]:
             continue
         if len(token) == 1 and token.isdigit():
             token = DIGIT_WORDS[int(token)]
-        tokens.append(token)
+        tokens.extend(COLLOQUIAL.get(token, token).split())
     return tokens
 
 

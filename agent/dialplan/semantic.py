@@ -28,6 +28,7 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 
 from agent.dialplan.intent_concepts import BACKGROUND, concept_phrases
+from agent.dialplan.intents import COLLOQUIAL
 
 __all__ = [
     "SemanticIndex",
@@ -142,9 +143,10 @@ def preload() -> bool:
 
 
 def without_fillers(text: str) -> str:
-    """*text* in lower case without hesitation sounds (unchanged if nothing else is left)."""
-    words = text.lower().split()
-    kept = [w for w in words if w not in FILLERS]
+    """*text* in lower case without hesitation sounds (unchanged if nothing else is left), its
+    colloquial short forms written out (:data:`COLLOQUIAL`)."""
+    words = [w.strip(",.!?") for w in text.lower().split()]
+    kept = [COLLOQUIAL.get(w, w) for w in words if w not in FILLERS]
     return " ".join(kept if kept else words)
 
 
@@ -169,7 +171,7 @@ class SemanticIndex:
         for i, (name, examples) in enumerate(intents.items()):
             own = list(dict.fromkeys(examples))
             for phrase in own + concept_phrases(own):
-                phrases.append(phrase.lower())
+                phrases.append(without_fillers(phrase))
                 owners.append(i)
         self._phrases = tuple(phrases)
         self._owners = np.array(owners, dtype=np.int64)
