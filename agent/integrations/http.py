@@ -203,15 +203,7 @@ class HttpClient:
         sending more than *max_body_bytes* fails with ``response too large``. Bodies of
         statuses at or above *skip_body_from_status* are dropped unread.
         """
-        raw_headers = Headers()
-        if self.user_agent is not None:
-            raw_headers.setRawHeaders(b"User-Agent", [self.user_agent])
-        if json is not None:
-            body = jsonlib.dumps(json).encode("utf-8")
-            raw_headers.setRawHeaders(b"content-type", [b"application/json"])
-        for name, value in headers:
-            raw_headers.setRawHeaders(name.encode("latin-1"), [value.encode("utf-8")])
-        producer = _BytesProducer(body) if body is not None else None
+        raw_headers, producer = self._prepare(headers, json, body)
         d: Deferred[Any] = self.agent.request(method.encode("ascii"), url.encode("utf-8"), raw_headers, producer)
 
         def got_response(response: Any) -> Any:
@@ -243,6 +235,17 @@ class HttpClient:
         d.addErrback(_translate, timed_out)
         return d
 
+    def _prepare(self, headers: Iterable[tuple[str, str]], json: Any, body: bytes | None) -> tuple[Headers, Any]:
+        """The request's headers (User-Agent, JSON content type, the caller's) and body producer."""
+        raw_headers = Headers()
+        if self.user_agent is not None:
+            raw_headers.setRawHeaders(b"User-Agent", [self.user_agent])
+        if json is not None:
+            body = jsonlib.dumps(json).encode("utf-8")
+            raw_headers.setRawHeaders(b"content-type", [b"application/json"])
+        for name, value in headers:
+            raw_headers.setRawHeaders(name.encode("latin-1"), [value.encode("utf-8")])
+        return raw_headers, (_BytesProducer(body) if body is not None else None)
 
     def request_stream(self, method: str, url: str, *, on_data: Any, timeout_s: float, idle_timeout_s: float,
                        json: Any = None, headers: Iterable[tuple[str, str]] = ()) -> Deferred[int]:
@@ -253,16 +256,7 @@ class HttpClient:
         the wait for the response headers, *idle_timeout_s* each wait for more of the body.
         Fails with :class:`HttpError`; cancelling the Deferred drops the connection.
         """
-        raw_headers = Headers()
-        if self.user_agent is not None:
-            raw_headers.setRawHeaders(b"User-Agent", [self.user_agent])
-        body = None
-        if json is not None:
-            body = jsonlib.dumps(json).encode("utf-8")
-            raw_headers.setRawHeaders(b"content-type", [b"application/json"])
-        for name, value in headers:
-            raw_headers.setRawHeaders(name.encode("latin-1"), [value.encode("utf-8")])
-        producer = _BytesProducer(body) if body is not None else None
+        raw_headers, producer = self._prepare(headers, json, None)
         timed_out: list[bool] = []
         state: dict[str, Any] = {"timer": None, "reader": None}
 
