@@ -14,6 +14,8 @@ import ctypes
 import threading
 import unicodedata
 
+from agent.speech.voices import flite_voice
+
 VOICES: tuple[str, ...] = ("kal16", "kal", "rms", "awb", "slt")
 DEFAULT_VOICE = "kal16"
 
@@ -78,7 +80,9 @@ def _core() -> ctypes.CDLL:
 
 
 def _voice(name: str) -> ctypes.c_void_p:
-    """Register the voice on first use and return its ``cst_voice*``; caller holds the lock."""
+    """Register the voice on first use and return its ``cst_voice*``; caller holds the lock.
+    *name* is a flite voice or a Riva voice name the embedded engine speaks (agent.speech.voices)."""
+    name = flite_voice(name) or name
     if name not in VOICES:
         raise ValueError(f"unknown flite voice {name!r}; known voices: {', '.join(VOICES)}")
     voice = _voices.get(name)
