@@ -72,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     ss = sub.add_parser("speech-server", help="run the embedded Riva-compatible speech server")
     ss.add_argument("--listen", default="127.0.0.1:50051", help="address to listen on (host:port)")
     ss.add_argument("--general-alongside-hints", action="store_true",
-                    help="decode streams with phrase hints beside the general model too (more CPU)")
+                    help="the same as --open-speech general")
+    ss.add_argument("--open-speech", choices=("whisper", "general", "hints"), default=None,
+                    help="how words that are not the phrase hints are heard: whisper (default), general "
+                         "(the general pocketsphinx model alongside) or hints (the hint decoder alone)")
     for flag, text in (("--tls-cert", "serve TLS with this PEM certificate"), ("--tls-key", "its PEM key"),
                        ("--tls-client-ca", "require client certificates from this PEM CA"),
                        ("--auth-token-env", "require 'authorization: Bearer <token>', the token from this variable"),
@@ -151,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "speech-server":
         from agent.speech.server.main import main as speech_main
 
-        argv = ["--listen", args.listen, *(["--general-alongside-hints"] if args.general_alongside_hints else [])]
+        argv = ["--listen", args.listen, *(["--general-alongside-hints"] if args.general_alongside_hints else []),
+                *(["--open-speech", args.open_speech] if args.open_speech else [])]
         for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_token_env", "auth_token_file"):
             if getattr(args, name):
                 argv += ["--" + name.replace("_", "-"), getattr(args, name)]

@@ -133,6 +133,9 @@ class SpeechSettings:
     #: the embedded speech server decodes hinted streams beside the general model too
     #: (open speech heard better, about three times the decoding CPU: docs/speech.md)
     embedded_general_alongside_hints: bool = False
+    #: how the embedded speech server hears words that are not the phrase hints: whisper,
+    #: general (the same as embedded_general_alongside_hints) or hints (docs/speech.md)
+    embedded_open_speech: str = "whisper"
 
 
 @dataclass(frozen=True)
@@ -507,7 +510,7 @@ def load_config(path: str | None) -> ServerConfig:
     speech = SpeechSettings()
     if (r := top.sub("speech")) is not None:
         r.check_keys(("regions", "routing", "voice", "stop_history_ms", "phrase_hints",
-                      "embedded_general_alongside_hints"))
+                      "embedded_general_alongside_hints", "embedded_open_speech"))
         regions: list[RegionSettings] = []
         rn = r.values.get("regions")
         if rn is not None:
@@ -546,6 +549,12 @@ def load_config(path: str | None) -> ServerConfig:
                                 embedded_general_alongside_hints=r.get(
                                     "embedded_general_alongside_hints", bool,
                                     speech.embedded_general_alongside_hints))
+        general = speech.embedded_general_alongside_hints
+        speech = replace(speech, embedded_open_speech=r.get(
+            "embedded_open_speech", str, "general" if general else speech.embedded_open_speech,
+            lambda v: None if v in ("whisper", "general", "hints") and not (general and v != "general")
+            else ("expected whisper, general or hints" if v not in ("whisper", "general", "hints")
+                  else "expected general with embedded_general_alongside_hints: true")))
 
     metrics = MetricsSettings()
     if (r := top.sub("metrics")) is not None:

@@ -220,7 +220,7 @@ class AgentServer:
         self._speech_transport = self.reactor.spawnProcess(
             proc, sys.executable,
             [sys.executable, "-m", "agent.speech.server", "--listen", "127.0.0.1:0",
-             *(["--general-alongside-hints"] if self.config.speech.embedded_general_alongside_hints else [])],
+             "--open-speech", self.config.speech.embedded_open_speech],
             env=env)
         self._speech_proc = proc
         return proc.ready

@@ -100,6 +100,8 @@ class SupervisorSettings:
     embedded_speech: bool = True
     #: the embedded speech server decodes hinted streams beside the general model too
     general_alongside_hints: bool = False
+    #: how the embedded speech server hears words that are not the hints (``--open-speech``)
+    open_speech: str = "whisper"
     drain_timeout_s: float = 300.0
     #: after the polite end began, processes still running this long are killed
     kill_after_s: float = 20.0
@@ -278,7 +280,8 @@ class Supervisor:
         self.speech = self.speech or Child("speech-server", [], self._env(), on_line=self._child_line,
                                            on_exit=self._child_exit)
         self.speech.argv = [sys.executable, "-m", "agent.speech.server", "--listen", listen,
-                            *(["--general-alongside-hints"] if self.settings.general_alongside_hints else [])]
+                            "--open-speech", "general" if self.settings.general_alongside_hints
+                            else self.settings.open_speech]
         self._speech_ready = defer.Deferred()
         self._start_child(self.speech)
         return self._speech_ready

@@ -53,7 +53,8 @@ def settings_from_args(args: Any, config: ServerConfig) -> SupervisorSettings:
         metrics_host=args.metrics_host or config.metrics.host, metrics_port=metrics_port, run_dir=run_dir,
         front=args.front, kamailio_cfg=os.path.abspath(args.kamailio_cfg or DEFAULT_KAMAILIO_CFG),
         retry_after_s=sip.retry_after_s, embedded_speech=embedded,
-        general_alongside_hints=config.speech.embedded_general_alongside_hints, drain_timeout_s=drain,
+        general_alongside_hints=config.speech.embedded_general_alongside_hints,
+        open_speech=config.speech.embedded_open_speech, drain_timeout_s=drain,
         log_format=args.log_format,
         notify_front=os.environ.get("OPENCLAW_FRONT_NOTIFY", "1") != "0",
         access=sip.access, kamailio_defines=doors_defines(sip.doors) + kamailio_defines(

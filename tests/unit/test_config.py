@@ -114,3 +114,22 @@ def test_reconcile_interval_defaults_to_5_s_and_is_bounded(tmp_path):
     with pytest.raises(ConfigError, match=r":2:26: config.sip.reconcile_interval_ms: expected 100 to 300000 ms"):
         load_config(str(p))
 
+
+
+def test_embedded_open_speech_defaults_to_whisper_and_is_checked(tmp_path) -> None:
+    """speech.embedded_open_speech: whisper by default; general when the older
+    embedded_general_alongside_hints is true; anything else is an error at its line."""
+    assert load_config(None).speech.embedded_open_speech == "whisper"
+    p = tmp_path / "c.yaml"
+    p.write_text("speech:\n  embedded_general_alongside_hints: true\n")
+    assert load_config(str(p)).speech.embedded_open_speech == "general"
+    p.write_text("speech:\n  embedded_open_speech: hints\n")
+    assert load_config(str(p)).speech.embedded_open_speech == "hints"
+    p.write_text("speech:\n  embedded_open_speech: vosk\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(p))
+    assert "c.yaml:2" in str(err.value) and "expected whisper, general or hints" in str(err.value)
+    p.write_text("speech:\n  embedded_general_alongside_hints: true\n  embedded_open_speech: whisper\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(p))
+    assert "expected general with embedded_general_alongside_hints: true" in str(err.value)

@@ -18,6 +18,11 @@ from agent.speech.server.recognizer import DECODER_OPTIONS, new_decoder
 
 #: everyday words a phrase-hint model also knows (see agent.speech.server.phrase_lm.build_arpa)
 BACKGROUND_WORDS = 1000
+#: how a stream with phrase hints hears words that are not the hints: Whisper
+#: (agent.speech.server.open_speech), the general pocketsphinx model decoded alongside
+#: (agent.speech.server.biasing), or not at all (the hint decoder alone)
+OPEN_SPEECH_MODES = ("whisper", "general", "hints")
+DEFAULT_OPEN_SPEECH = "whisper"
 
 
 class DecoderPool:
@@ -80,9 +85,15 @@ class HintModels:
     recently used ``max_sets`` hint sets keep their pools.
     """
 
-    def __init__(self, max_sets: int = 8, max_idle: int = 4, *, general_alongside: bool = False) -> None:
+    def __init__(self, max_sets: int = 8, max_idle: int = 4, *, general_alongside: bool = False,
+                 open_speech: str | None = None) -> None:
+        mode = open_speech or ("general" if general_alongside else "hints")
+        if mode not in OPEN_SPEECH_MODES:
+            raise ValueError(f"open speech must be one of {', '.join(OPEN_SPEECH_MODES)}, got {mode!r}")
+        self.open_speech = mode
         #: decode hinted streams beside the general model too (agent.speech.server.biasing)
-        self.general_alongside = general_alongside
+        self.general_alongside = mode == "general"
+        self._transcriber: object | None = None
         self._max_sets = max_sets
         self._max_idle = max_idle
         self._pools: dict[str, DecoderPool] = {}
@@ -106,7 +117,7 @@ class HintModels:
                 arpa = phrase_lm.build_arpa(sents, background)
                 words = sorted({w for sent in sents for w in sent} | set(background))
                 pool = DecoderPool(self._max_idle, factory=lambda: self._build(arpa, words))
-                if self.general_alongside:
+                if self.open_speech != "hints":
                     pool.judge = self._judge(sents)
             self._pools[key] = pool  # most recent last
             while len(self._pools) > self._max_sets:
@@ -114,8 +125,20 @@ class HintModels:
             return pool
 
     def prewarm(self) -> None:
-        """Read the dictionary and the background words now rather than at the first hinted stream."""
+        """Read the dictionary and the background words (and load Whisper) now rather than at the
+        first stream."""
         self.background_words()
+        if self.open_speech == "whisper":
+            self.transcriber()
+
+    def transcriber(self):  # -> agent.speech.server.whisper.WhisperTranscriber (imported on use)
+        """This process's Whisper (loaded once, on first use)."""
+        with self._lock:
+            if self._transcriber is None:
+                from agent.speech.server.whisper import WhisperTranscriber
+
+                self._transcriber = WhisperTranscriber()
+            return self._transcriber
 
     def background_words(self) -> dict[str, float]:
         """The ``BACKGROUND_WORDS`` commonest words of the general model, with their probabilities

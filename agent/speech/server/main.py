@@ -40,7 +40,13 @@ from agent.speech.server.asr import (  # noqa: F401
     RivaAsrServicer,
     parse_recognition_config,
 )
-from agent.speech.server.decoders import BACKGROUND_WORDS, DecoderPool, HintModels  # noqa: F401
+from agent.speech.server.decoders import (  # noqa: F401
+    BACKGROUND_WORDS,
+    DEFAULT_OPEN_SPEECH,
+    OPEN_SPEECH_MODES,
+    DecoderPool,
+    HintModels,
+)
 from agent.speech.server.endpointing import (  # noqa: F401
     END_OF_SPEECH,
     END_OF_UTTERANCE_FIRST_PASS,
@@ -163,6 +169,7 @@ def start_speech_server(
     general_alongside_hints: bool = False,
     credentials: grpc.ServerCredentials | None = None,
     auth_token: str | None = None,
+    open_speech: str | None = None,
 ) -> SpeechServer:
     """Start decode workers, load the default voice and serve on ``listen`` (port 0 = any free port).
 
@@ -170,9 +177,11 @@ def start_speech_server(
     one gRPC thread. ``decode_processes`` worker processes decode speech (default: one per
     CPU, at most 4); 0 decodes in the gRPC threads instead. Each decoding place pre-builds
     ``prewarm_decoders`` decoders and keeps up to ``max_idle_decoders``. With
-    ``general_alongside_hints`` a stream with phrase hints is also decoded by the general model,
-    whose words are used when the hint model's do not read as the hints (about 1.7 times the
-    general model's CPU per stream: docs/speech.md). *credentials* serve TLS instead of plaintext
+    *open_speech* how words that are not the phrase hints are heard (``decoders.OPEN_SPEECH_MODES``):
+    ``whisper`` (the default) transcribes an utterance with Whisper tiny.en whenever the hint
+    decoder's words do not read as the hints, ``general`` (also ``general_alongside_hints``)
+    decodes a hinted stream beside the general pocketsphinx model too (about 1.7 times the
+    general model's CPU per stream), ``hints`` keeps the hint decoder's words (docs/speech.md). *credentials* serve TLS instead of plaintext
     (:func:`agent.speech.server.security.server_credentials`); *auth_token* makes every RPC
     need ``authorization: Bearer <token>``. Raises
     ``RuntimeError`` if the address cannot be bound.
@@ -180,6 +189,9 @@ def start_speech_server(
     host, _ = _split_listen(listen)
     if max_workers < 1:
         raise ValueError(f"max_workers must be at least 1, got {max_workers}")
+    mode = open_speech or ("general" if general_alongside_hints else DEFAULT_OPEN_SPEECH)
+    if mode not in OPEN_SPEECH_MODES:
+        raise ValueError(f"open_speech must be one of {', '.join(OPEN_SPEECH_MODES)}, got {mode!r}")
     processes = default_decode_processes() if decode_processes is None else decode_processes
     if processes < 0:
         raise ValueError(f"decode_processes must be 0 or more, got {processes}")
@@ -187,11 +199,11 @@ def start_speech_server(
     if processes == 0:
         pool = DecoderPool(max_idle=max_idle_decoders)
         pool.prewarm(prewarm_decoders)
-        engine = LocalRecognitionEngine(pool, general_alongside=general_alongside_hints)
+        engine = LocalRecognitionEngine(pool, open_speech=mode)
     else:
         engine = ProcessRecognitionEngine(
             processes, prewarm_per_process=prewarm_decoders, max_idle_per_process=max_idle_decoders,
-            general_alongside=general_alongside_hints,
+            open_speech=mode,
         )
     try:
         flite.load_voice(flite.DEFAULT_VOICE)
@@ -222,7 +234,7 @@ def start_speech_server(
 
 def run(listen: str, max_workers: int = 32, decode_processes: int | None = None,
         general_alongside_hints: bool = False, credentials: grpc.ServerCredentials | None = None,
-        auth_token: str | None = None) -> int:
+        auth_token: str | None = None, open_speech: str | None = None) -> int:
     """Serve on ``listen`` until SIGTERM or SIGINT; print one ``listening`` line; return 0."""
     stop = threading.Event()
 
@@ -235,7 +247,7 @@ def run(listen: str, max_workers: int = 32, decode_processes: int | None = None,
     try:
         server = start_speech_server(listen, max_workers, decode_processes=decode_processes,
                                      general_alongside_hints=general_alongside_hints,
-                                     credentials=credentials, auth_token=auth_token)
+                                     credentials=credentials, auth_token=auth_token, open_speech=open_speech)
         extras = [word for word, on in (("TLS", credentials is not None), ("token required", bool(auth_token))) if on]
         print(f"speech server listening on {server.address}" + (f" ({', '.join(extras)})" if extras else ""),
               flush=True)
@@ -254,7 +266,7 @@ def run(listen: str, max_workers: int = 32, decode_processes: int | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m agent.speech.server [--listen HOST:PORT] [--max-workers N] [--decode-processes N]
-    [--general-alongside-hints]``."""
+    [--open-speech whisper|general|hints]``."""
     parser = argparse.ArgumentParser(
         prog="python -m agent.speech.server", description="Riva-compatible speech server (pocketsphinx + flite)."
     )
@@ -265,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--general-alongside-hints", action="store_true",
-        help="decode streams with phrase hints beside the general model too (open speech heard better; more CPU)",
+        help="the same as --open-speech general",
+    )
+    parser.add_argument(
+        "--open-speech", choices=OPEN_SPEECH_MODES, default=None,
+        help="how words that are not the phrase hints are heard: whisper (default: Whisper tiny.en), "
+             "general (the general pocketsphinx model alongside) or hints (the hint decoder alone)",
     )
     parser.add_argument("--tls-cert", help="serve TLS with this PEM certificate (chain)")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
@@ -300,4 +317,4 @@ def main(argv: list[str] | None = None) -> int:
         if not token:
             parser.error(f"--auth-token-file: {args.auth_token_file} is empty")
     return run(args.listen, args.max_workers, args.decode_processes, args.general_alongside_hints,
-               credentials=credentials, auth_token=token)
+               credentials=credentials, auth_token=token, open_speech=args.open_speech)

@@ -63,8 +63,9 @@ DECODER_OPTIONS: dict[str, object] = {
 
 
 class UtteranceDecoder(Protocol):
-    """What the recogniser needs of a decoder: a ``pocketsphinx.Decoder``, or two of them
-    judged together (agent.speech.server.biasing.BiasedDecoder)."""
+    """What the recogniser needs of a decoder: a ``pocketsphinx.Decoder``, two of them judged
+    together (agent.speech.server.biasing.BiasedDecoder), or one with Whisper for open speech
+    (agent.speech.server.open_speech.OpenSpeechDecoder, which also has ``checkpoint()``)."""
 
     def start_utt(self) -> None: ...
 
@@ -300,6 +301,9 @@ class UtteranceRecognizer:
         for _ in range(FLUSH_PAD_MS // STEP_MS):
             self._decode(step, padding=True)
         self._pad_debt_ms = FLUSH_PAD_MS
+        checkpoint = getattr(self._decoder, "checkpoint", None)
+        if checkpoint is not None:  # a decoder with a second opinion (agent.speech.server.open_speech)
+            checkpoint()
 
     def _decode(self, audio: bytes, padding: bool = False) -> None:
         """Feed the decoder *audio* (whole 10 ms frames): the utterance's next audio, or

@@ -20,6 +20,7 @@ from typing import cast
 from agent.speech.server.asr import InputAudioConverter, RecognitionSettings
 from agent.speech.server.biasing import BiasedDecoder
 from agent.speech.server.decoders import DecoderPool, HintModels
+from agent.speech.server.open_speech import OpenSpeechDecoder
 from agent.speech.server.recognizer import (
     MODEL_CMN,
     TELEPHONE_CMN,
@@ -41,7 +42,8 @@ class LocalRecognitionSession:
         self._pool = pool
         self._converter = InputAudioConverter(settings.encoding, settings.sample_rate_hz)
         self._hint_decoder = self._hint_pool.acquire() if self._hint_pool is not None else None
-        paired = self._hint_pool is not None and self._hint_pool.judge is not None
+        mode = hints.open_speech if hints is not None else "hints"
+        paired = self._hint_pool is not None and self._hint_pool.judge is not None and mode == "general"
         # A hinted stream needs the general model's decoder only when it is decoded alongside.
         self._decoder = self._pool.acquire() if self._hint_decoder is None or paired else None
         cmninit = TELEPHONE_CMN if settings.sample_rate_hz <= TELEPHONE_RATE_HZ else MODEL_CMN
@@ -55,10 +57,15 @@ class LocalRecognitionSession:
         if self._decoder is None:
             assert self._hint_decoder is not None
             recognised = self._hint_decoder
-        elif self._hint_decoder is not None and self._hint_pool is not None and self._hint_pool.judge is not None:
+        elif paired:
+            assert self._hint_decoder is not None and self._hint_pool is not None and self._hint_pool.judge is not None
             recognised = BiasedDecoder(self._hint_decoder, self._decoder, self._hint_pool.judge)
         else:
             recognised = self._decoder
+        if mode == "whisper":
+            assert hints is not None
+            judge = self._hint_pool.judge if self._hint_pool is not None and self._hint_decoder is not None else None
+            recognised = OpenSpeechDecoder(recognised, hints.transcriber(), judge)
         self._recognizer = UtteranceRecognizer(
             recognised,
             settings.endpointing,
@@ -86,9 +93,9 @@ class LocalRecognitionSession:
 class LocalRecognitionEngine:
     """Decodes in the gRPC worker threads of this process (all streams share one GIL)."""
 
-    def __init__(self, pool: DecoderPool, *, general_alongside: bool = False) -> None:
+    def __init__(self, pool: DecoderPool, *, general_alongside: bool = False, open_speech: str | None = None) -> None:
         self.pool = pool
-        self.hints = HintModels(general_alongside=general_alongside)
+        self.hints = HintModels(general_alongside=general_alongside, open_speech=open_speech)
 
     def open(self, settings: RecognitionSettings) -> LocalRecognitionSession:
         return LocalRecognitionSession(settings, self.pool, self.hints)
@@ -97,7 +104,7 @@ class LocalRecognitionEngine:
         pass
 
 
-def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int, general_alongside: bool = False) -> None:
+def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int, open_speech: str = "hints") -> None:
     """Body of a decode worker process: serve session requests from ``conn`` until EOF.
 
     Requests are ``(op, session_id, arg)`` with op ``open`` (arg: RecognitionSettings),
@@ -110,7 +117,7 @@ def _decode_worker_main(conn: Connection, prewarm: int, max_idle: int, general_a
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pool = DecoderPool(max_idle=max_idle)
     pool.prewarm(prewarm)
-    hints = HintModels(general_alongside=general_alongside)
+    hints = HintModels(open_speech=open_speech)
     hints.prewarm()
     sessions: dict[int, LocalRecognitionSession] = {}
     try:
@@ -149,12 +156,12 @@ class _DecodeWorker:
     """Parent-side handle of one decode worker process."""
 
     def __init__(self, index: int, ctx: multiprocessing.context.SpawnContext, prewarm: int, max_idle: int,
-                 general_alongside: bool = False) -> None:
+                 open_speech: str = "hints") -> None:
         self.index = index
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_decode_worker_main,
-            args=(child_conn, prewarm, max_idle, general_alongside),
+            args=(child_conn, prewarm, max_idle, open_speech),
             name=f"speech-decode-{index}",
             daemon=True,
         )
@@ -303,13 +310,14 @@ class ProcessRecognitionEngine:
         start_timeout_s: float = 120.0,
         reply_timeout_s: float = 30.0,
         general_alongside: bool = False,
+        open_speech: str | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         self._ctx = multiprocessing.get_context("spawn")
         self._prewarm = prewarm_per_process
         self._max_idle = max_idle_per_process
-        self._general_alongside = general_alongside
+        self._open_speech = open_speech or ("general" if general_alongside else "hints")
         self._start_timeout_s = start_timeout_s
         self._reply_timeout_s = reply_timeout_s
         self._lock = threading.Lock()
@@ -326,7 +334,7 @@ class ProcessRecognitionEngine:
             raise
 
     def _spawn(self, index: int) -> _DecodeWorker:
-        return _DecodeWorker(index, self._ctx, self._prewarm, self._max_idle, self._general_alongside)
+        return _DecodeWorker(index, self._ctx, self._prewarm, self._max_idle, self._open_speech)
 
     @property
     def worker_pids(self) -> list[int | None]:

@@ -1,0 +1,147 @@
+"""A pocketsphinx decoder whose words give way to Whisper's when they are not the hints.
+
+:class:`OpenSpeechDecoder` offers what ``UtteranceRecognizer`` uses of a decoder. It feeds the
+audio to a pocketsphinx decoder (the phrase-hint decoder, or the general model's for a stream
+without hints) and keeps the utterance's audio. Whenever a hypothesis is asked for, the
+pocketsphinx words are kept if the :class:`~agent.speech.server.biasing.PhraseJudge` says they
+read as the hints (the dialplan's own phrases: fast and right); otherwise the caller said
+something else, and the words are Whisper's, made at the last *checkpoint* (the recogniser
+calls :meth:`checkpoint` when the voice has just dropped away) or at the utterance's end.
+Between checkpoints the last Whisper words stand. A stream without hints has no judge: every
+checkpoint and end is Whisper's. Figures: docs/speech.md.
+
+Whisper gives no word times here, so a Whisper final's words are laid out over the span the
+pocketsphinx decoder heard speech in, in proportion to their letters (the last word ends where
+the speech did, which is what failover's replay buffer needs).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.speech.server.biasing import PhraseJudge
+from agent.speech.server.whisper import Transcript
+from media import convert
+
+#: 10 ms of 16 kHz pcm16
+_STEP_BYTES = 320
+#: audio after a checkpoint quieter than this (every 10 ms) leaves its Whisper words standing
+QUIET_DBFS = -45.0
+
+
+class Transcriber(Protocol):
+    def transcribe(self, pcm16k: bytes) -> Transcript: ...
+
+
+@dataclass(frozen=True)
+class _Hyp:
+    hypstr: str
+    prob: float
+
+
+@dataclass(frozen=True)
+class _Seg:
+    word: str
+    start_frame: int
+    end_frame: int
+    prob: float
+
+
+class OpenSpeechDecoder:
+    """*decoder*'s words when *judge* accepts them, else *transcriber*'s (see the module)."""
+
+    def __init__(self, decoder: Any, transcriber: Transcriber, judge: PhraseJudge | None = None) -> None:
+        self.decoder = decoder
+        self._transcriber = transcriber
+        self._judge = judge
+        self._audio = bytearray()
+        self._frames = 0
+        self._final = False
+        #: Whisper's words for the audio up to ``_heard_bytes``, and whether audio since is quiet
+        self._whisper: Transcript | None = None
+        self._heard_bytes = 0
+        self._voiced_since = False
+        self._accepted: bool | None = None
+        #: utterances whose final words were Whisper's / pocketsphinx's; Whisper runs
+        self.whisper_finals = 0
+        self.decoder_finals = 0
+        self.whisper_runs = 0
+
+    def start_utt(self) -> None:
+        self.decoder.start_utt()
+        self._audio.clear()
+        self._frames = 0
+        self._final = False
+        self._whisper = None
+        self._heard_bytes = 0
+        self._voiced_since = False
+        self._accepted = None
+
+    def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None:
+        self.decoder.process_raw(audio, no_search, full_utt)
+        self._audio += audio
+        self._frames += len(audio) // _STEP_BYTES
+        self._accepted = None
+        if not self._voiced_since and self._whisper is not None:
+            for i in range(0, len(audio) - _STEP_BYTES + 1, _STEP_BYTES):
+                if convert.rms_dbfs(audio[i : i + _STEP_BYTES]) >= QUIET_DBFS:
+                    self._voiced_since = True
+                    break
+
+    def checkpoint(self) -> None:
+        """The voice has just dropped away: make Whisper's words now if they will be needed."""
+        if not self._uses_decoder():
+            self._run_whisper()
+
+    def end_utt(self) -> None:
+        self.decoder.end_utt()
+        self._final = True
+        self._accepted = None
+        if self._uses_decoder():
+            self.decoder_finals += 1
+        else:
+            if self._whisper is None or self._voiced_since:
+                self._run_whisper()
+            self.whisper_finals += 1
+
+    def hyp(self) -> Any:
+        if self._uses_decoder() or self._whisper is None:
+            return self.decoder.hyp()
+        return _Hyp(self._whisper.text, self._whisper.confidence) if self._whisper.text else None
+
+    def seg(self) -> Any:
+        if self._uses_decoder() or self._whisper is None:
+            return self.decoder.seg()
+        return self._layout(self._whisper.text.split(), self._whisper.confidence)
+
+    def _uses_decoder(self) -> bool:
+        if self._judge is None:
+            return False
+        if self._accepted is None:
+            hyp = self.decoder.hyp()
+            words = hyp.hypstr.split() if hyp is not None else []
+            self._accepted = not words or self._judge.accepts(words, self._final)
+        return self._accepted
+
+    def _run_whisper(self) -> None:
+        if self._whisper is not None and not self._voiced_since:
+            return
+        self._whisper = self._transcriber.transcribe(bytes(self._audio))
+        self._heard_bytes = len(self._audio)
+        self._voiced_since = False
+        self.whisper_runs += 1
+
+    def _layout(self, words: Sequence[str], confidence: float) -> list[_Seg]:
+        """*words* spread over the frames the decoder heard words in (all of them if none)."""
+        spoken = [s for s in self.decoder.seg() if s.word and not s.word.startswith(("<", "[", "++"))]
+        start = spoken[0].start_frame if spoken else 0
+        end = spoken[-1].end_frame if spoken else max(0, self._frames - 1)
+        letters = sum(len(w) for w in words) or 1
+        segs: list[_Seg] = []
+        at = float(start)
+        for word in words:
+            length = (end - start + 1) * len(word) / letters
+            segs.append(_Seg(word, int(at), max(int(at), int(at + length) - 1), confidence))
+            at += length
+        return segs

