@@ -1,5 +1,5 @@
-"""One global view, for real on loopback: an agent server with two speech regions, a region
-Prometheus scraping it (ops/prometheus/federation/region_rules.yml) and a global Prometheus
+"""One global view, for real on loopback: a node (``serve --workers 2``: the supervisor, two workers,
+Kamailio) with two speech regions, a region Prometheus scraping the supervisor's /metrics (ops/prometheus/federation/region_rules.yml) and a global Prometheus
 federating the region series from it (global rules and alerts), both the Debian ``prometheus``
 started with ops/lab/prometheus.py's configs and command line at a 1 s scrape interval."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.integration.conftest import ROOT, free_port, start_agent, stop_agent
+from tests.integration.conftest import ROOT, free_port
+from tests.integration.test_workers import Node, start_node, stop_node
 from tests.integration.relay_fixtures import start_regions
 
 pytestmark = pytest.mark.integration
@@ -82,7 +83,7 @@ PROMETHEUS = shutil.which("prometheus") or ""
 
 @pytest.mark.skipif(not PROMETHEUS, reason="prometheus is not installed (ops/bootstrap.sh installs it)")
 def test_global_prometheus_sees_the_region_series_and_a_region_going_down(tmp_path: Any) -> None:
-    """Through the global Prometheus's query API: the region's readiness, capacity, speech regions
+    """Through the global Prometheus's query API: the region's readiness, capacity (both workers), speech regions
     and the model versions each serves arrive labelled region=eu-west; the global rules see the
     version skew the two speech regions have; stopping the region Prometheus makes the global one
     report it unreachable, count no region ready and put OpenClawRegionDown pending."""
@@ -90,7 +91,7 @@ def test_global_prometheus_sees_the_region_series_and_a_region_going_down(tmp_pa
     tmp = str(tmp_path)
     sims = start_regions({"near": 5, "far": 25}, shared_server=True)
     procs: list[subprocess.Popen[Any]] = []
-    agent = None
+    node: Node | None = None
     try:
         lines = ["speech:", "  regions:"]
         for name in ("near", "far"):
@@ -98,11 +99,11 @@ def test_global_prometheus_sees_the_region_series_and_a_region_going_down(tmp_pa
                       f"      model_versions: [{', '.join(VERSIONS[name])}]"]
         config = tmp_path / "regions.yaml"
         config.write_text("\n".join(lines) + "\n")
-        agent = start_agent(tmp, "--config", str(config))
+        node = start_node(tmp, "--config", str(config), workers=2, capacity=4)
 
         started = time.monotonic()
         region_proc, region_addr = start_prometheus(
-            lab, tmp, "region", lab.region_config(REGION, [f"127.0.0.1:{agent.metrics_port}"], scrape_interval_s=1.0))
+            lab, tmp, "region", lab.region_config(REGION, [f"127.0.0.1:{node.metrics_port}"], scrape_interval_s=1.0))
         procs.append(region_proc)
         global_proc, global_addr = start_prometheus(
             lab, tmp, "global", lab.global_config({REGION: region_addr}, scrape_interval_s=1.0))
@@ -117,8 +118,8 @@ def test_global_prometheus_sees_the_region_series_and_a_region_going_down(tmp_pa
         federated = {"job": "openclaw-federate", "region": REGION}
         assert ready == {tuple(sorted(federated.items())): 1.0}
         assert q("region:openclaw_nodes_ready:count") == {tuple(sorted(federated.items())): 1.0}
-        assert q("region:openclaw_call_capacity:sum") == {tuple(sorted(federated.items())): 4.0}
-        assert q("region:openclaw_call_slots_free:sum") == {tuple(sorted(federated.items())): 4.0}
+        assert q("region:openclaw_call_capacity:sum") == {tuple(sorted(federated.items())): 8.0}  # 2 workers x 4
+        assert q("region:openclaw_call_slots_free:sum") == {tuple(sorted(federated.items())): 8.0}
         # the global rules run on the federated series one evaluation later
         eventually(lambda: q("global:openclaw_regions_ready:count") == {(): 1.0}, 5.0, "one region ready")
 
@@ -153,6 +154,33 @@ def test_global_prometheus_sees_the_region_series_and_a_region_going_down(tmp_pa
     finally:
         for proc in procs:
             stop(proc)
-        if agent is not None:
-            stop_agent(agent)
+        if node is not None:
+            stop_node(node)
         sims.close()
+
+
+@pytest.mark.skipif(not PROMETHEUS, reason="prometheus is not installed (ops/bootstrap.sh installs it)")
+def test_lab_helpers_report_a_server_that_exits_and_a_bad_query(tmp_path: Any) -> None:
+    """wait_ready names a server that exited before it was ready (here: a config it refuses); query
+    passes on Prometheus's own error for bad PromQL, and answers a scalar as one sample."""
+    lab = load_lab_prometheus()
+    tmp = str(tmp_path)
+    bad = tmp_path / "bad.yml"
+    bad.write_text("scrape_configs:\n  - job_name: x\n    scrape_interval: often\n")
+    address = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
+    proc = subprocess.Popen(lab.command(str(bad), address, os.path.join(tmp, "bad-data"), prometheus_bin=PROMETHEUS),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with pytest.raises(lab.PrometheusError, match=rf"prometheus on {address} exited with [1-9][0-9]* before it was ready"):
+            lab.wait_ready(address, timeout_s=20.0, proc=proc)
+    finally:
+        stop(proc)
+    proc, address = start_prometheus(lab, tmp, "ok", lab.global_config({"eu": "127.0.0.1:1"}, scrape_interval_s=1.0))
+    try:
+        with pytest.raises(lab.PrometheusError, match=r"query 'sum\(' on .*: bad_data: "):
+            lab.query(address, "sum(")
+        assert lab.query(address, "1 + 1") == [lab.Sample({}, 2.0)]
+        with pytest.raises(lab.PrometheusError, match=r"not ready after 0.3 s"):
+            lab.wait_ready(f"127.0.0.1:{free_port(socket.SOCK_STREAM)}", timeout_s=0.3)
+    finally:
+        stop(proc)
