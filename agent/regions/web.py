@@ -19,7 +19,14 @@ nodes, e.g. ``sum by (region) (openclaw_region_active_streams)``):
 ``openclaw_region_selection_flips_total``                       changes of a preferred region (hysteresis check)
 ``openclaw_region_probe_duration_seconds{region}``              histogram of answered probes' RTT
 ``openclaw_region_probes_total{region,result}``                 probes: ok/not_serving/failed
+``openclaw_speech_model_version_info{region,kind,version}``     1 per model version the region serves
 =============================================================  ======================================
+
+``openclaw_speech_model_version_info`` is read from ``selector.versions(region)`` at scrape time (configured
+plus discovered versions), so a rollout shows in the next scrape. ``kind`` is the part of the version
+before ``:`` (``asr:conformer-en-US-2.1`` → ``asr``; ``unknown`` without one). At most
+:data:`MAX_VERSIONS_PER_REGION` versions per region are exported (sorted; the rest are counted in
+``openclaw_speech_model_versions_dropped``), so the label set stays bounded whatever discovery reports.
 """
 from __future__ import annotations
 
@@ -34,9 +41,18 @@ from twisted.web.resource import Resource
 
 from agent.regions.probe import ProbeOutcome
 from agent.secrets import redact
-from agent.regions.selector import NO_REGION_REASONS, SELECTION_REASONS, RegionSelector
+from agent.regions.selector import NO_REGION_REASONS, SELECTION_REASONS, RegionSelector, RegionView
 
 _PROBE_BUCKETS = (0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5)
+
+#: versions exported per region in ``openclaw_speech_model_version_info`` (bounded label set)
+MAX_VERSIONS_PER_REGION = 16
+
+
+def version_kind(version: str) -> str:
+    """The kind of a model version: ``asr`` for ``asr:conformer-en-US-2.1``; ``unknown`` without a ``:``."""
+    kind, sep, _ = version.partition(":")
+    return kind if sep and kind else "unknown"
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -174,6 +190,25 @@ class _RegionCollector:
         flips = CounterMetricFamily("openclaw_region_selection_flips", "Changes of a preferred region")
         flips.add_metric([], s.flips)
         yield flips
+        yield from self._versions(views)
+
+    def _versions(self, views: list[RegionView]) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "openclaw_speech_model_version_info", "1 for every model version a speech region serves (as this node sees it)",
+            labels=["region", "kind", "version"],
+        )
+        dropped = GaugeMetricFamily(
+            "openclaw_speech_model_versions_dropped",
+            f"Versions a region serves beyond the {MAX_VERSIONS_PER_REGION} exported in openclaw_speech_model_version_info",
+            labels=["region"],
+        )
+        for v in views:
+            versions = sorted(self._selector.versions(v.name))
+            for version in versions[:MAX_VERSIONS_PER_REGION]:
+                info.add_metric([v.name, version_kind(version), version], 1.0)
+            dropped.add_metric([v.name], max(0, len(versions) - MAX_VERSIONS_PER_REGION))
+        yield info
+        yield dropped
 
 
 class RegionMetrics:

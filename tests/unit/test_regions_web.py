@@ -80,3 +80,48 @@ def test_metrics_carry_bounded_labels_and_current_values() -> None:
     assert s['openclaw_region_probes_total{region="us",result="failed"}'] == 1.0
     assert s['openclaw_region_probe_duration_seconds_count{region="eu"}'] == 1.0
     assert not any("eu:1" in k or "call" in k for k in s)
+
+
+def test_model_version_info_follows_the_selector_at_scrape_time() -> None:
+    """openclaw_speech_model_version_info has one sample per (region, version), kind from the prefix;
+    a rollout (set_versions) and version discovery show in the next scrape, a removed version goes."""
+    sel = make_selector()
+    registry = CollectorRegistry()
+    register_region_metrics(registry, sel, clock=lambda: 0.6)
+
+    def info() -> dict[str, float]:
+        return {k: v for k, v in samples(registry).items() if k.startswith("openclaw_speech_model_version_info")}
+
+    assert info() == {
+        'openclaw_speech_model_version_info{kind="asr",region="eu",version="asr:2"}': 1.0,
+        'openclaw_speech_model_version_info{kind="tts",region="eu",version="tts:1"}': 1.0,
+    }
+    sel.set_versions("eu", ["asr:conformer-en-US-2.2", "tts:1"])
+    sel.set_versions("us", ["asr:conformer-en-US-2.1", "v9"])
+    assert info() == {
+        'openclaw_speech_model_version_info{kind="asr",region="eu",version="asr:conformer-en-US-2.2"}': 1.0,
+        'openclaw_speech_model_version_info{kind="tts",region="eu",version="tts:1"}': 1.0,
+        'openclaw_speech_model_version_info{kind="asr",region="us",version="asr:conformer-en-US-2.1"}': 1.0,
+        'openclaw_speech_model_version_info{kind="unknown",region="us",version="v9"}': 1.0,
+    }
+    sel.set_discovered_versions("us:1", "tts", ["tts:fastpitch-1.0"])
+    assert info()['openclaw_speech_model_version_info{kind="tts",region="us",version="tts:fastpitch-1.0"}'] == 1.0
+    assert samples(registry)['openclaw_speech_model_versions_dropped{region="us"}'] == 0.0
+
+
+def test_model_version_info_is_bounded_per_region() -> None:
+    """A region reporting more versions than MAX_VERSIONS_PER_REGION exports only that many (sorted)
+    and counts the rest, so discovery cannot grow the label set without bound."""
+    from agent.regions.web import MAX_VERSIONS_PER_REGION
+
+    sel = make_selector()
+    registry = CollectorRegistry()
+    register_region_metrics(registry, sel, clock=lambda: 0.6)
+    sel.set_versions("us", [f"asr:m-{i:03d}" for i in range(MAX_VERSIONS_PER_REGION + 5)])
+    s = samples(registry)
+    us = sorted(k for k in s if k.startswith("openclaw_speech_model_version_info") and 'region="us"' in k)
+    assert len(us) == MAX_VERSIONS_PER_REGION
+    assert 'version="asr:m-000"' in us[0]
+    assert not any('version="asr:m-020"' in k for k in us)
+    assert s['openclaw_speech_model_versions_dropped{region="us"}'] == 5.0
+    assert s['openclaw_speech_model_versions_dropped{region="eu"}'] == 0.0
