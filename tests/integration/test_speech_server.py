@@ -636,45 +636,57 @@ def _final_text(client: SpeechClient, text: str, **kwargs: object) -> str:
 
 
 def test_phrase_hints_decode_with_a_model_of_just_those_phrases(client: SpeechClient) -> None:
-    """By default speech_contexts phrases replace the general vocabulary for that stream only."""
-    from agent.speech.server.main import HintModels
-
+    """By default speech_contexts phrases are decoded with a model of just those phrases, and
+    words that do not read as them are Whisper's (--open-speech whisper): the hinted request
+    comes out as the hint phrase, "balance" under unrelated hints is still heard."""
     hints = ("check my balance", "opening hours", "talk to an agent", "goodbye")
     assert _final_text(client, "I would like to check my balance.", phrases=hints).endswith("check my balance")
-    # Hints that do not fit the audio: "balance" (neither hinted nor among the everyday
-    # words a hint model also knows) cannot be heard.
-    assert "balance" not in HintModels().background_words()
     heard = _final_text(client, "Check my balance.", phrases=("open the door", "turn on the lights")).split()
-    assert heard and "balance" not in heard, heard
-    # The next stream without hints decodes with the general model again.
+    assert "balance" in heard, heard
+    # The next stream without hints is heard as itself too.
     assert "balance" in _final_text(client, "Check my balance.")
+
+
+def _local_final(hints: object, text: str, phrases: tuple[str, ...]) -> str:
+    """*text* said over 8 kHz µ-law to an in-process recognition session of *hints* (a HintModels)."""
+    from agent.speech.server.main import DecoderPool, LocalRecognitionSession, RecognitionSettings
+
+    settings = RecognitionSettings(encoding=riva.client.AudioEncoding.MULAW, sample_rate_hz=8000,
+                                   endpointing=EndpointingParams(stop_history_ms=300), interim_results=False,
+                                   word_time_offsets=False, phrases=phrases)
+    session = LocalRecognitionSession(settings, DecoderPool(max_idle=0), hints)  # type: ignore[arg-type]
+    audio = convert.pcm16_to_ulaw(silence_8k(0.3) + speech_8k(text)) + b"\xff" * 4000
+    try:
+        events = []
+        for i in range(0, len(audio), 160):
+            events += session.process(audio[i:i + 160])
+        events += session.finish()
+    finally:
+        session.close()
+    return " ".join(e.transcript for e in events if not hasattr(e, "stability"))
+
+
+def test_the_hint_decoder_alone_cannot_hear_words_outside_the_hints() -> None:
+    """--open-speech hints: "balance" (neither hinted nor among the everyday words a hint model
+    also knows) cannot be heard under unrelated hints."""
+    from agent.speech.server.main import HintModels
+
+    hints = HintModels(open_speech="hints")
+    assert "balance" not in hints.background_words()
+    heard = _local_final(hints, "Check my balance.", ("open the door", "turn on the lights")).split()
+    assert heard and "balance" not in heard, heard
 
 
 def test_with_the_general_model_alongside_speech_outside_the_hints_is_heard() -> None:
     """--general-alongside-hints: a hinted stream is decoded by the general model too, whose words
     are used when the hint model's do not read as the hints: "balance" under unrelated hints is
     heard, and the hinted request still comes out as the hint phrase."""
-    from agent.speech.server.main import DecoderPool, HintModels, LocalRecognitionSession, RecognitionSettings
-
-    def final(text: str, phrases: tuple[str, ...]) -> str:
-        settings = RecognitionSettings(encoding=riva.client.AudioEncoding.MULAW, sample_rate_hz=8000,
-                                       endpointing=EndpointingParams(stop_history_ms=300), interim_results=False,
-                                       word_time_offsets=False, phrases=phrases)
-        session = LocalRecognitionSession(settings, DecoderPool(max_idle=0), hints)
-        audio = convert.pcm16_to_ulaw(silence_8k(0.3) + speech_8k(text)) + b"\xff" * 4000
-        try:
-            events = []
-            for i in range(0, len(audio), 160):
-                events += session.process(audio[i:i + 160])
-            events += session.finish()
-        finally:
-            session.close()
-        return " ".join(e.transcript for e in events if not hasattr(e, "stability"))
+    from agent.speech.server.main import HintModels
 
     hints = HintModels(general_alongside=True)
-    assert "balance" in final("Check my balance.", ("open the door", "turn on the lights")).split()
-    assert final("I would like to check my balance.",
-                 ("check my balance", "opening hours", "talk to an agent", "goodbye")).endswith("check my balance")
+    assert "balance" in _local_final(hints, "Check my balance.", ("open the door", "turn on the lights")).split()
+    assert _local_final(hints, "I would like to check my balance.",
+                        ("check my balance", "opening hours", "talk to an agent", "goodbye")).endswith("check my balance")
 
 
 def test_client_end_input_delivers_final_for_unfinished_utterance(client: SpeechClient) -> None:

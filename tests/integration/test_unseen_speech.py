@@ -9,9 +9,8 @@ out-of-scope turn; each behaviour on its own, so one misheard turn does not add 
 out-of-scope one to an offer of a person). Bounds are generous: the test is about behaviour (understood, not cut off in
 the pause, nothing ended or transferred), the bench measures the figures.
 
-The server runs with ``speech.embedded_general_alongside_hints``: with the hint decoder alone
-(the default, for the node's capacity) open phrasings like these are misheard too often to be
-understood (docs/speech.md).
+The server runs as shipped: its embedded speech server hears words that are not the phrase
+hints with Whisper (``speech.embedded_open_speech: whisper``, docs/speech.md).
 """
 from __future__ import annotations
 
@@ -37,11 +36,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
-    """An agent whose embedded speech server decodes hinted streams beside the general model."""
+    """An agent as shipped (its embedded speech server hears open speech with Whisper)."""
     tmp = tmp_path_factory.mktemp("agent")
-    config = tmp / "config.yaml"
-    config.write_text("speech:\n  embedded_general_alongside_hints: true\n")
-    a = start_agent(str(tmp), "--config", str(config))
+    a = start_agent(str(tmp))
     yield a
     code = stop_agent(a)
     assert code == 0, f"agent exited with {code} on SIGTERM:\n{a.log()[-3000:]}"

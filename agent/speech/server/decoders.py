@@ -94,6 +94,7 @@ class HintModels:
         #: decode hinted streams beside the general model too (agent.speech.server.biasing)
         self.general_alongside = mode == "general"
         self._transcriber: object | None = None
+        self._whisper_lock = threading.Lock()
         self._max_sets = max_sets
         self._max_idle = max_idle
         self._pools: dict[str, DecoderPool] = {}
@@ -129,11 +130,13 @@ class HintModels:
         first stream."""
         self.background_words()
         if self.open_speech == "whisper":
-            self.transcriber()
+            # Loaded beside the first requests (a stream that needs it first waits for it), so
+            # that a decode worker is ready as soon as pocketsphinx is.
+            threading.Thread(target=self.transcriber, name="whisper-load", daemon=True).start()
 
     def transcriber(self):  # -> agent.speech.server.whisper.WhisperTranscriber (imported on use)
         """This process's Whisper (loaded once, on first use)."""
-        with self._lock:
+        with self._whisper_lock:
             if self._transcriber is None:
                 from agent.speech.server.whisper import WhisperTranscriber
 

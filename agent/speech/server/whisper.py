@@ -83,13 +83,29 @@ def cut_repeat(words: list[str]) -> list[str]:
     return words
 
 
+def _feature_extractor_class() -> type:
+    """faster-whisper's log-mel front end (numpy only), loaded from its file: importing the
+    ``faster_whisper`` package would also import PyAV, onnxruntime and the hub client (~3 s of
+    a decode worker's start under load) for nothing this module uses."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("faster_whisper")
+    if spec is None or not spec.submodule_search_locations:
+        raise WhisperUnavailable("faster-whisper is not installed")
+    path = os.path.join(spec.submodule_search_locations[0], "feature_extractor.py")
+    loaded = importlib.util.spec_from_file_location("openclaw_whisper_features", path)
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module.FeatureExtractor
+
+
 class WhisperTranscriber:
     """Transcribes 16 kHz pcm16 utterances; thread-safe (one model per process, serialised)."""
 
     def __init__(self, directory: str | None = None, *, threads: int = 1) -> None:
         import ctranslate2
         import tokenizers
-        from faster_whisper.feature_extractor import FeatureExtractor
 
         directory = directory or model_dir()
         self._model = ctranslate2.models.Whisper(directory, device="cpu", compute_type="int8",
@@ -100,7 +116,7 @@ class WhisperTranscriber:
             raise WhisperUnavailable(f"{directory}: tokenizer.json lacks Whisper's special tokens")
         self._prompt = ids[:2]
         self._eot = ids[2]
-        self._features = FeatureExtractor(feature_size=self._model.n_mels)
+        self._features = _feature_extractor_class()(feature_size=self._model.n_mels)
         self._lock = threading.Lock()
         #: utterances transcribed (for the metrics and tests)
         self.transcribed = 0
