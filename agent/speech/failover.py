@@ -201,6 +201,8 @@ class RegionalSpeech:
             options = replace(options, language_code=self.language_code)
         if self.asr_model and not options.model:
             options = replace(options, model=self.asr_model)
+        if self.call_id and not options.call_id:
+            options = replace(options, call_id=self.call_id)
         stream = FailoverRecognitionStream(self, options, on_interim=on_interim, on_final=on_final, on_error=on_error)
         self._streams.add(stream)
         return stream
