@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                        ("--tts-model-suffix", "appended to every synthesis model name flite-<voice>")):
         ss.add_argument(flag, help=text)
 
+    from agent.regions.rollout_io import add_models_parser
+
+    add_models_parser(sub)
+
     c = sub.add_parser("call", help="place a test call")
     c.add_argument("uri", help="SIP URI to call, e.g. sip:1000@127.0.0.1:5060")
     c.add_argument("--say", action=_TurnAction, dest="turns", help="a caller turn, spoken with flite (repeatable)")
@@ -159,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, name):
                 argv += ["--" + name.replace("_", "-"), getattr(args, name)]
         return speech_main(argv)
+    if args.command == "models":
+        from agent.regions.rollout_io import main_models
+
+        return main_models(args)
     if args.command == "call":
         from agent.tools.caller import main_call
 
