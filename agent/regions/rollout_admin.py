@@ -8,7 +8,8 @@ one region at a time and tells every node what it does:
 ``POST /admin/regions/NAME/undrain``       take new calls again (a drain given up before the switch)
 ``POST /admin/regions/NAME/switch``        NAME's servers change version now: it serves no version,
                                            what its endpoints reported is forgotten (and asked again
-                                           when the node discovers versions)
+                                           at each GET while it switches, when the node discovers
+                                           versions)
 ``POST /admin/regions/NAME/serve``         body ``{"versions": ["asr:V", ...]}``: NAME serves these now
                                            (they replace its configured versions of the same kinds)
                                            and takes calls again
@@ -62,7 +63,12 @@ class RegionRolloutAdmin:
         self._discover_now = discover_now
 
     def status(self) -> dict[str, Any]:
+        """Every region's state. While a region is switching, each read also asks the endpoints'
+        versions again (when the node discovers them), so a rollout's health wait sees the new
+        servers' versions a poll later rather than a discovery interval later."""
         s = self._selector
+        if self._discover_now is not None and any(s.rollout_state(r) == "switching" for r in s.region_names):
+            self._discover_now()
         regions = []
         for view in s.view(self._now()):
             regions.append({
@@ -98,8 +104,6 @@ class RegionRolloutAdmin:
             s.undrain_region(name)
         elif action == "switch":
             s.begin_switch(name)
-            if self._discover_now is not None:
-                self._discover_now()
         else:
             try:
                 body = json.loads(request.content.read() or b"{}")
