@@ -337,6 +337,8 @@ class RegionSelector:
         h = self._health.get(address)
         if h is not None:
             h.on_response(now, rtt_s, serving)
+            if any(r.switching and address in r.spec.speech_endpoints for r in self._regions.values()):
+                h.forgive_ejection(now)  # a planned restart: no escalated ejection once it answers
 
     def on_probe_failure(self, address: str, now: float, reason: str = "timeout") -> None:
         h = self._health.get(address)

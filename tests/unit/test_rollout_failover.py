@@ -202,3 +202,22 @@ def test_voiced_audio_reaches_the_same_version_region_after_a_move() -> None:
         w.clock.advance(0.02)
     w.client("a").recognitions[0].fail()
     assert w.client("c").recognitions[0].audio.endswith(VOICED * 10)
+
+
+def test_a_switching_regions_restart_does_not_escalate_its_ejection() -> None:
+    """While a switches, its server is down for seconds (ejections 1, 2, 4 s ...); once it
+    answers two probes in a row it is usable again at once. The same outage outside a switch
+    keeps the escalated ejection."""
+    for switching in (True, False):
+        w = VersionWorld()
+        if switching:
+            w.selector.begin_switch("a")
+        w.alive.discard("a")
+        for _ in range(40):  # 10 s down
+            w.selector.on_probe_failure("a:1", w.clock.seconds())
+            w.clock.advance(0.25)
+        w.alive.add("a")
+        for _ in range(3):  # three probes answered
+            w.clock.advance(0.25)
+        usable = w.selector.endpoint_state("a:1", w.clock.seconds()).usable
+        assert usable is switching, switching
