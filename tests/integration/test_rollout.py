@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
@@ -87,9 +86,11 @@ def test_a_call_cut_by_a_region_switch_moves_to_a_region_with_its_version(tmp_pa
         after = subprocess.run([OPENCLAW, "call", agent.uri, "--json", "--say", "check my balance"],
                                capture_output=True, timeout=90, cwd=ROOT)
         assert after.returncode == 0, after.stdout.decode()[-2000:]
-        status = json.loads(urllib.request.urlopen(urllib.request.Request(
-            f"http://127.0.0.1:{agent.metrics_port}/admin/regions",
-            headers={"Authorization": f"Bearer {TOKEN}"}), timeout=5).read())
+        node = f"http://127.0.0.1:{agent.metrics_port}"
+        shown = subprocess.run([OPENCLAW, "models", "status", "--node", node, "--json"], capture_output=True,
+                               text=True, cwd=ROOT, timeout=60, env={**os.environ, "OPENCLAW_ADMIN_TOKEN": TOKEN})
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)[node]
         versions = {r["name"]: r["versions"] for r in status["regions"]}
         assert f"asr:{NEW}" in versions["a"] and f"asr:{OLD}" not in versions["a"], status
         assert f"asr:{OLD}" in versions["b"] and f"asr:{NEW}" not in versions["b"], status
