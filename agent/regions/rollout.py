@@ -100,6 +100,8 @@ class RegionStep:
     result: str = ""
     detail: str = ""
     served_at: float | None = None
+    #: a switch was sent (before it, undoing the step is an undrain)
+    switched: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"region": self.region, "from": list(self.from_versions), "to": list(self.to_versions),
@@ -255,6 +257,7 @@ class RolloutController:
         else:
             self.log(f"region {region}: drained in {step.drain_s:.2f} s")
         self.log(f"region {region}: switching to {', '.join(versions)}")
+        step.switched = True
         yield self._all(region, "switch")
         t1 = self.clock.seconds()
         try:
@@ -303,6 +306,17 @@ class RolloutController:
         for step in steps:
             back = RegionStep(step.region, step.to_versions, step.from_versions)
             self.report.rollback.append(back)
+            if not step.switched:  # failed while draining: its servers never changed
+                self.log(f"region {step.region}: undraining (it was not switched)")
+                try:
+                    yield self._all(step.region, "undrain")
+                except RolloutError as exc:
+                    back.result, back.detail = "rollback_failed", str(exc)
+                    self.log(f"region {step.region}: ROLLBACK FAILED: {exc}")
+                    continue
+                back.result = "done"
+                step.result = "rolled_back"
+                continue
             self.log(f"region {step.region}: rolling back to {', '.join(step.from_versions)}")
             try:
                 yield self._move(back, step.from_versions)

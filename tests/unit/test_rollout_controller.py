@@ -299,3 +299,23 @@ def test_admin_page_commands_and_bad_input() -> None:
     req = _request(b"GET", [])
     Admin(Plain()).render_GET(req)  # type: ignore[arg-type]
     assert req.responseCode == 404
+
+
+def test_a_failure_while_draining_only_undrains_that_region() -> None:
+    """A node refusing b's drain: b is undrained (its servers were never touched, no hook runs for
+    it) and a, already moved, is rolled back to the old version."""
+    clock, node, deployer, controller, lines = make()
+    real = node.command
+
+    def command(region: str, action: str, versions: tuple[str, ...] = ()) -> defer.Deferred[dict[str, Any]]:
+        if region == "b" and action == "drain" and not any(r == "b" for _, r, _ in node.log):
+            node.log.append((clock.seconds(), "b", "drain-refused"))
+            return defer.fail(RuntimeError("HTTP 503: busy"))
+        return real(region, action, versions)
+
+    node.command = command  # type: ignore[method-assign]
+    report = run(clock, controller)
+    assert not report.ok and "refused drain of region b" in report.error
+    assert [(r, v[0]) for _, r, v in deployer.applied] == [("a", NEW), ("a", OLD)]
+    assert [(b.region, b.result) for b in report.rollback] == [("b", "done"), ("a", "done")]
+    assert all(node.selector.rollout_state(r) == "serving" and OLD in node.selector.versions(r) for r in REGIONS)
