@@ -79,8 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, text in (("--tls-cert", "serve TLS with this PEM certificate"), ("--tls-key", "its PEM key"),
                        ("--tls-client-ca", "require client certificates from this PEM CA"),
                        ("--auth-token-env", "require 'authorization: Bearer <token>', the token from this variable"),
-                       ("--auth-token-file", "... or from this file")):
+                       ("--auth-token-file", "... or from this file"),
+                       ("--asr-model", "recognition model name reported and accepted (a version: docs/regions.md)"),
+                       ("--tts-model-suffix", "appended to every synthesis model name flite-<voice>")):
         ss.add_argument(flag, help=text)
+
+    from agent.regions.rollout_io import add_models_parser
+
+    add_models_parser(sub)
 
     c = sub.add_parser("call", help="place a test call")
     c.add_argument("uri", help="SIP URI to call, e.g. sip:1000@127.0.0.1:5060")
@@ -156,10 +162,15 @@ def main(argv: list[str] | None = None) -> int:
 
         argv = ["--listen", args.listen, *(["--general-alongside-hints"] if args.general_alongside_hints else []),
                 *(["--open-speech", args.open_speech] if args.open_speech else [])]
-        for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_token_env", "auth_token_file"):
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_token_env", "auth_token_file", "asr_model",
+                     "tts_model_suffix"):
             if getattr(args, name):
                 argv += ["--" + name.replace("_", "-"), getattr(args, name)]
         return speech_main(argv)
+    if args.command == "models":
+        from agent.regions.rollout_io import main_models
+
+        return main_models(args)
     if args.command == "call":
         from agent.tools.caller import main_call
 

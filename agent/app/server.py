@@ -50,6 +50,7 @@ from agent.integrations.chat_stream import stream_reply
 from agent.integrations.http import HttpClient
 from agent.regions.probe import GrpcProbeTransport, RegionProber
 from agent.regions.selector import NoRegion, RegionSelector, RegionSpec, Selection
+from agent.regions.rollout_admin import RegionRolloutAdmin
 from agent.regions.web import RegionsResource, register_region_metrics
 from agent.speech.client import SpeechClient
 from agent.speech.failover import RegionalSpeech, SpeechClientPool
@@ -93,6 +94,7 @@ class AgentServer:
         self.prober: RegionProber | None = None
         self.pool = SpeechClientPool()
         self.region_metrics: Any = None
+        self.region_admin: RegionRolloutAdmin | None = None
         self._speech_proc: SpeechServerProcess | None = None
         self._speech_transport: Any = None
         self.stack: SipStack | None = None
@@ -269,6 +271,12 @@ class AgentServer:
         pages: dict[str, Resource] = {"metrics": MetricsResource(registry=self.metrics.registry),
                                       "healthz": Health(self), "admin": Admin(self)}
         if self.selector is not None:
+            prober = self.prober
+            self.region_admin = RegionRolloutAdmin(
+                self.selector, self.reactor.seconds,
+                calls_in=lambda region: [cid for cid, s in self.sessions.items()
+                                         if getattr(s.info.regional_speech, "region", s.info.region) == region],
+                discover_now=prober.discover_now if prober is not None and prober.discovers_versions else None)
             pages["regions"] = RegionsResource(
                 self.selector, self.reactor.seconds,
                 calls_on=lambda region: [cid for cid, s in self.sessions.items()

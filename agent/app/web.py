@@ -62,10 +62,27 @@ class Admin(Resource):
         super().__init__()
         self._server = server
 
+    def _regions(self, request: Any) -> bytes:
+        """``/admin/regions...``: a model-version rollout's commands (agent/regions/rollout_admin.py)."""
+        admin = getattr(self._server, "region_admin", None)
+        if admin is None:
+            request.setResponseCode(404)
+            return b'{"error": "this node has no speech regions (speech.regions) to roll out to"}\n'
+        return admin.render(request, [p.decode() for p in request.postpath[1:] if p])  # type: ignore[no-any-return]
+
+    def render_GET(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
+        request.setHeader(b"content-type", b"application/json")
+        if request.postpath[:1] == [b"regions"]:
+            return self._regions(request)
+        request.setResponseCode(405)
+        return b'{"error": "admin commands are POSTs; GET /admin/regions reads the regions\' rollout state"}\n'
+
     def render_POST(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
         request.setHeader(b"content-type", b"application/json")
         action = request.postpath[0].decode() if request.postpath else ""
         s = self._server
+        if action == "regions":
+            return self._regions(request)
         if action == "drain":
             started = s.drain(s.drain_timeout_s)
         elif action == "end-calls":

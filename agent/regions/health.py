@@ -113,6 +113,16 @@ class EndpointHealth:
         if outlier and (self.ejected_until is None or now >= self.ejected_until):
             self._eject(now)
 
+    def forgive_ejection(self, now: float) -> None:
+        """The endpoint was restarted on purpose (a rollout switching its region): once it has
+        answered ``readmit_after_successes`` probes in a row as serving, it is back at once and
+        its ejection backoff starts afresh (the restart's failures say nothing of flapping)."""
+        if self.serving and self.consecutive_successes >= self.policy.readmit_after_successes:
+            if self.ejected_until is not None:
+                self.ejected_until = None
+                self._readmitted_at = now
+            self._level = 0
+
     def on_status(self, now: float, serving: bool) -> None:
         """A pushed ``grpc.health.v1`` status (Watch): NOT_SERVING takes effect at once."""
         self.serving = serving

@@ -349,6 +349,15 @@ class RegionProber:
         if not serving:
             log.warn("region endpoint {address} reports NOT_SERVING", address=address)
 
+    @property
+    def discovers_versions(self) -> bool:
+        return self._discover
+
+    def discover_now(self) -> None:
+        """Ask every endpoint's versions now (a rollout switched a region), besides the interval."""
+        if self._running:
+            self._discover_all()
+
     def _discover_all(self) -> None:
         for address, roles in self._selector.endpoints().items():
             for kind in ("asr", "tts"):

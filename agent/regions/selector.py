@@ -1,5 +1,7 @@
 """Region routing cores (sans-I/O): endpoint health, per-call region selection, load.
 
+(A little over 600 lines: selection, failover choice and rollout states share one region table.)
+
 Nothing here does I/O or reads a clock: every method that depends on time takes ``now``
 (seconds, any monotonic-enough origin; the server passes ``reactor.seconds()``). The
 prober (:mod:`agent.regions.probe`) feeds probe outcomes in; the server and the failover
@@ -30,7 +32,8 @@ from agent.regions.spec import RegionSpec, normalise_prefix
 
 __all__ = [
     "NO_REGION_REASONS", "SELECTION_REASONS", "EndpointHealth", "EndpointState", "EndpointView", "HealthPolicy",
-    "NoRegion", "RegionSelector", "RegionSpec", "RegionView", "Selection", "SelectionPolicy",
+    "NoRegion", "RegionSelector", "RegionSpec", "RegionView", "Selection", "SelectionPolicy", "call_versions",
+    "version_kind",
 ]
 
 #: reasons a :class:`Selection` was made (the ``reason`` label of the selection counter)
@@ -68,6 +71,22 @@ class SelectionPolicy:
 # --------------------------------------------------------------------------------------
 # selection
 # --------------------------------------------------------------------------------------
+
+
+def version_kind(version: str) -> str:
+    """``"asr"`` of ``"asr:conformer-en-US-2.1"`` (the text before ``:``; "" without one)."""
+    kind, sep, _ = version.partition(":")
+    return kind if sep else ""
+
+
+def call_versions(region_versions: Iterable[str], pinned: Iterable[str]) -> frozenset[str]:
+    """The model versions a call keeps for its lifetime: what it pins, and for every kind
+    (asr, tts, ...) it does not pin, what the region it was first given served. Its failover
+    and every stream it opens later go only to regions serving all of them, so the call
+    never changes model version, pinned or not."""
+    pins = frozenset(pinned)
+    pinned_kinds = {version_kind(v) for v in pins}
+    return pins | frozenset(v for v in region_versions if version_kind(v) not in pinned_kinds)
 
 
 @dataclass(frozen=True)
@@ -149,6 +168,10 @@ class _Region:
     versions: frozenset[str]
     discovered: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     rr: int = 0
+    #: rollout: takes no new calls and no failovers (its calls in progress go on)
+    draining: bool = False
+    #: rollout: its servers are changing model version; it serves no version the node can trust
+    switching: bool = False
 
 
 class RegionSelector:
@@ -198,6 +221,7 @@ class RegionSelector:
             region = _Region(spec, spec.model_versions)
             if previous is not None:
                 region.discovered = {k: v for k, v in previous.discovered.items() if k[1] in spec.speech_endpoints}
+                region.draining, region.switching = previous.draining, previous.switching
             self._regions[spec.name] = region
             self._refresh_versions(region)
         wanted: set[str] = set()
@@ -225,7 +249,51 @@ class RegionSelector:
                 r.discovered[(kind, address)] = frozenset(versions)
                 self._refresh_versions(r)
 
+    # -- rollouts (driven through the admin API: agent/regions/rollout_admin.py) ----------
+    def drain_region(self, region: str) -> None:
+        """The region takes no new calls and no failovers; calls already in it go on (their
+        new streams included), with the versions it serves."""
+        self._region(region).draining = True
+
+    def undrain_region(self, region: str) -> None:
+        """Take new calls again (a drain abandoned before the switch)."""
+        r = self._region(region)
+        if not r.switching:
+            r.draining = False
+
+    def begin_switch(self, region: str) -> None:
+        """The region's servers are about to change model version: from now on it serves no
+        version (:meth:`versions` is empty, so no call keeping its versions opens a stream
+        there) and what its endpoints reported is forgotten (reports come afresh from the
+        new servers)."""
+        r = self._region(region)
+        r.draining = True
+        r.switching = True
+        r.discovered.clear()
+        self._refresh_versions(r)
+
+    def finish_switch(self, region: str, versions: Iterable[str]) -> None:
+        """The region's servers now serve ``versions`` (its configured versions from now on):
+        it takes calls again."""
+        r = self._region(region)
+        r.spec = replace(r.spec, model_versions=frozenset(versions))
+        r.switching = False
+        r.draining = False
+        self._refresh_versions(r)
+
+    def rollout_state(self, region: str) -> str:
+        """"serving", "draining" (no new calls) or "switching" (no version)."""
+        r = self._region(region)
+        return "switching" if r.switching else "draining" if r.draining else "serving"
+
+    def reported_versions(self, region: str) -> dict[str, frozenset[str]]:
+        """What each endpoint of ``region`` reported (``"kind address"`` → versions)."""
+        return {f"{k} {a}": v for (k, a), v in self._region(region).discovered.items()}
+
     def _refresh_versions(self, r: _Region) -> None:
+        if r.switching:
+            r.versions = frozenset()
+            return
         versions = set(r.spec.model_versions)
         for kind in ("asr", "tts"):
             reported = [v for (k, _a), v in r.discovered.items() if k == kind]
@@ -269,6 +337,8 @@ class RegionSelector:
         h = self._health.get(address)
         if h is not None:
             h.on_response(now, rtt_s, serving)
+            if any(r.switching and address in r.spec.speech_endpoints for r in self._regions.values()):
+                h.forgive_ejection(now)  # a planned restart: no escalated ejection once it answers
 
     def on_probe_failure(self, address: str, now: float, reason: str = "timeout") -> None:
         h = self._health.get(address)
@@ -392,9 +462,11 @@ class RegionSelector:
         region's dialogue endpoint, which must then be healthy too.
         """
         pinned = frozenset(pinned_versions)
-        versioned = [r for r in self._regions.values() if pinned <= r.versions]
+        versioned = [r for r in self._regions.values() if pinned <= r.versions and not r.draining]
         if not versioned:
-            return self._refuse("no_version", f"no region serves {sorted(pinned)}")
+            draining = [r.spec.name for r in self._regions.values() if pinned <= r.versions and r.draining]
+            detail = f" (being drained: {', '.join(draining)})" if draining else ""
+            return self._refuse("no_version", f"no region serves {sorted(pinned)}{detail}")
         statuses = {r.spec.name: self._status(r, now, need_dialogue) for r in versioned}
         usable = [r for r in versioned if statuses[r.spec.name].usable]
         if not usable:
@@ -446,10 +518,12 @@ class RegionSelector:
         need_dialogue: bool = False,
     ) -> Selection | NoRegion:
         """The best region for a call leaving ``failed`` regions mid-call (reason
-        ``failover``); preferences of new calls are left alone."""
+        ``failover``); preferences of new calls are left alone. ``pinned_versions``: the
+        versions the call keeps (:func:`call_versions`); a draining region takes no failover."""
         excluded = set(failed)
         pinned = frozenset(pinned_versions)
-        versioned = [r for r in self._regions.values() if pinned <= r.versions and r.spec.name not in excluded]
+        versioned = [r for r in self._regions.values()
+                     if pinned <= r.versions and r.spec.name not in excluded and not r.draining]
         if not versioned:
             return NoRegion("no_version", self.policy.retry_after_no_version_s, f"no other region serves {sorted(pinned)}")
         statuses = {r.spec.name: self._status(r, now, need_dialogue) for r in versioned}

@@ -46,6 +46,8 @@ class RecognitionOptions:
     language_code: str | None = None
     #: Riva model name (``RecognitionConfig.model``; "": the server picks)
     model: str = ""
+    #: the call this stream serves, sent as ``x-openclaw-call-id`` request metadata ("": none)
+    call_id: str = ""
 
 
 class RecognitionStream(Protocol):
@@ -80,6 +82,7 @@ class SpeechEndpointClient(Protocol):
 
     def synthesize_stream(self, text: str, *, sample_rate_hz: int, on_audio: Callable[[bytes], None],
                           on_done: Callable[[], None], on_error: Callable[[Exception], None],
-                          voice: str | None = None, language_code: str | None = None) -> SynthesisStream: ...
+                          voice: str | None = None, language_code: str | None = None,
+                          call_id: str = "") -> SynthesisStream: ...
 
     def close(self) -> None: ...

@@ -33,7 +33,7 @@ from typing import Callable
 import grpc
 import riva.client
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from riva.client.proto import riva_asr_pb2
+from riva.client.proto import riva_asr_pb2, riva_tts_pb2
 
 from agent.speech.api import RecognitionOptions, SpeechConnection
 
@@ -113,8 +113,10 @@ class RecognitionStream:
         on_error: Callable[[Exception], None],
         max_queue_chunks: int = DEFAULT_QUEUE_CHUNKS,
         on_final_marks: Callable[[float | None, float], None] | None = None,
+        extra_metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self._asr = asr
+        self._extra_metadata = extra_metadata
         self._on_final_marks = on_final_marks
         self._config = streaming_config
         self._on_interim = on_interim
@@ -189,7 +191,8 @@ class RecognitionStream:
 
     def _run(self) -> None:
         try:
-            call = self._asr.stub.StreamingRecognize(self._requests(), metadata=self._asr.auth.get_auth_metadata())
+            metadata = list(self._asr.auth.get_auth_metadata()) + list(self._extra_metadata)
+            call = self._asr.stub.StreamingRecognize(self._requests(), metadata=metadata)
             with self._call_lock:
                 self._call = call
             if self._gate.closed:
@@ -243,8 +246,10 @@ class SynthesisStream:
         on_audio: Callable[[bytes], None],
         on_done: Callable[[], None],
         on_error: Callable[[Exception], None],
+        extra_metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self._tts = tts
+        self._extra_metadata = extra_metadata
         self._text = text
         self._sample_rate_hz = sample_rate_hz
         self._voice = voice
@@ -275,13 +280,23 @@ class SynthesisStream:
         try:
             if self._gate.closed:
                 return
-            call = self._tts.synthesize_online(
-                self._text,
-                voice_name=self._voice,
-                language_code=self._language_code,
-                encoding=riva.client.AudioEncoding.LINEAR_PCM,
-                sample_rate_hz=self._sample_rate_hz,
-            )
+            if self._extra_metadata:
+                # riva's synthesize_online sends only the client's own metadata: the same request by hand
+                request = riva_tts_pb2.SynthesizeSpeechRequest(
+                    text=self._text, language_code=self._language_code,
+                    encoding=riva.client.AudioEncoding.LINEAR_PCM, sample_rate_hz=self._sample_rate_hz)
+                if self._voice is not None:
+                    request.voice_name = self._voice
+                metadata = list(self._tts.auth.get_auth_metadata()) + list(self._extra_metadata)
+                call = self._tts.stub.SynthesizeOnline(iter([request]), metadata=metadata)
+            else:
+                call = self._tts.synthesize_online(
+                    self._text,
+                    voice_name=self._voice,
+                    language_code=self._language_code,
+                    encoding=riva.client.AudioEncoding.LINEAR_PCM,
+                    sample_rate_hz=self._sample_rate_hz,
+                )
             with self._call_lock:
                 self._call = call
             if self._gate.closed:
@@ -297,6 +312,15 @@ class SynthesisStream:
             self._gate.run(self._on_error, SpeechError(f"streaming synthesis failed: {exc!r}", retryable=False))
         finally:
             self._done.set()
+
+
+#: request metadata naming the call a stream serves (the embedded server logs it per stream)
+CALL_ID_METADATA = "x-openclaw-call-id"
+
+
+def call_metadata(call_id: str) -> tuple[tuple[str, str], ...]:
+    """The per-stream metadata of *call_id* (none for "")."""
+    return ((CALL_ID_METADATA, call_id),) if call_id else ()
 
 
 def open_channel(uri: str, connection: SpeechConnection | None) -> grpc.Channel:
@@ -403,7 +427,7 @@ class SpeechClient:
                                                                    interim_results=options.interim_results)
         stream = RecognitionStream(
             self._asr, streaming_config, on_interim=on_interim, on_final=on_final, on_error=on_error,
-            on_final_marks=on_final_marks,
+            on_final_marks=on_final_marks, extra_metadata=call_metadata(options.call_id),
         )
         self._track(stream)
         return stream
@@ -437,8 +461,10 @@ class SpeechClient:
         on_error: Callable[[Exception], None],
         voice: str | None = None,
         language_code: str | None = None,
+        call_id: str = "",
     ) -> SynthesisStream:
-        """Start ``SynthesizeOnline``; pcm16 chunks go to ``on_audio`` on the worker thread."""
+        """Start ``SynthesizeOnline``; pcm16 chunks go to ``on_audio`` on the worker thread.
+        *call_id* goes with the request as ``x-openclaw-call-id`` metadata."""
         synthesis = SynthesisStream(
             self._tts,
             text,
@@ -448,6 +474,7 @@ class SpeechClient:
             on_audio=on_audio,
             on_done=on_done,
             on_error=on_error,
+            extra_metadata=call_metadata(call_id),
         )
         self._track(synthesis)
         return synthesis

@@ -60,9 +60,9 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from agent.regions.selector import EndpointState, NoRegion, RegionSelector, Selection
+from agent.regions.selector import EndpointState, NoRegion, RegionSelector, Selection, call_versions
 from agent.speech.api import SpeechEndpointClient
-from agent.speech.client import RecognitionOptions, SpeechClient
+from agent.speech.client import RecognitionOptions, SpeechClient, SpeechError
 
 # Re-exported: the failover's parts are imported from here.
 from agent.speech.failover_core import (  # noqa: F401
@@ -80,6 +80,22 @@ from agent.speech.failover_streams import (  # noqa: F401
 from media.voicing import VoicingMeter  # noqa: F401
 
 log = Logger(namespace="openclaw.regions")
+
+
+class RefusedSynthesis:
+    """A synthesis that could not start (no region serves the call's versions): its error
+    reaches ``on_error`` on the reactor thread, as a failed stream's would."""
+
+    def __init__(self, reactor: Any, error: Exception, on_error: Callable[[Exception], None]) -> None:
+        self.error = error
+        self._call = reactor.callLater(0, on_error, error)
+
+    def cancel(self) -> None:
+        if self._call.active():
+            self._call.cancel()
+
+    def wait_done(self, timeout_s: float) -> bool:
+        return True
 
 
 class SpeechClientPool:
@@ -143,6 +159,8 @@ class RegionalSpeech:
         self._caller_number = caller_number
         self._source_ip = source_ip
         self._pinned = frozenset(pinned_versions)
+        #: the versions the call keeps for its lifetime (pinned or not): every region it uses serves them
+        self.versions = call_versions(selection.versions, self._pinned)
         self._need_dialogue = need_dialogue
         self._on_failover = on_failover
         self._selection = selection
@@ -183,6 +201,8 @@ class RegionalSpeech:
             options = replace(options, language_code=self.language_code)
         if self.asr_model and not options.model:
             options = replace(options, model=self.asr_model)
+        if self.call_id and not options.call_id:
+            options = replace(options, call_id=self.call_id)
         stream = FailoverRecognitionStream(self, options, on_interim=on_interim, on_final=on_final, on_error=on_error)
         self._streams.add(stream)
         return stream
@@ -196,8 +216,11 @@ class RegionalSpeech:
         on_done: Callable[[], None],
         on_error: Callable[[Exception], None],
         voice: str | None = None,
-    ) -> FailoverSynthesisStream:
-        self._ensure_usable()
+    ) -> FailoverSynthesisStream | RefusedSynthesis:
+        try:
+            self._ensure_usable()
+        except SpeechError as err:
+            return RefusedSynthesis(self.reactor, err, on_error)
         stream = FailoverSynthesisStream(
             self, text, sample_rate_hz=sample_rate_hz, voice=voice, on_audio=on_audio, on_done=on_done, on_error=on_error
         )
@@ -218,7 +241,8 @@ class RegionalSpeech:
 
     def _move(self, from_region: str, kind: str, reason: str) -> Selection | NoRegion:
         """A stream in ``from_region`` failed: the call's region after the move."""
-        if from_region != self._selection.region and self._selection.region not in self._failed:
+        if (from_region != self._selection.region and self._selection.region not in self._failed
+                and self._serves_call(self._selection.region)):
             return self._selection  # another stream of the call already moved it
         self._failed.add(from_region)
         now = self.reactor.seconds()
@@ -226,7 +250,7 @@ class RegionalSpeech:
             self._failed,
             self._caller_number,
             self._source_ip,
-            self._pinned,
+            self.versions,
             now=now,
             need_dialogue=self._need_dialogue,
         )
@@ -257,7 +281,7 @@ class RegionalSpeech:
     def _has_alternative(self, from_region: str) -> bool:
         """Could the call move anywhere else right now?"""
         nxt = self.selector.next_best(
-            self._failed | {from_region}, self._caller_number, self._source_ip, self._pinned,
+            self._failed | {from_region}, self._caller_number, self._source_ip, self.versions,
             now=self.reactor.seconds(), need_dialogue=self._need_dialogue,
         )
         return isinstance(nxt, Selection)
@@ -268,24 +292,41 @@ class RegionalSpeech:
         except KeyError:
             return 0.0
 
+    def _serves_call(self, region: str) -> bool:
+        try:
+            return self.versions <= self.selector.versions(region)
+        except KeyError:  # the region left the config
+            return False
+
     def _ensure_usable(self) -> None:
         """Before a new stream: if the call's region cannot serve now (e.g. every region
-        failed earlier and one came back), move the call to the best usable one."""
+        failed earlier and one came back) or no longer serves the call's versions (a rollout
+        switched it), move the call to the best usable one with them. Raises a retryable
+        :class:`SpeechError` when the call's region has changed version and no region has
+        the call's versions: the call never changes version mid-call."""
         now = self.reactor.seconds()
         current = self._selection
         usable = all(
             self.selector.endpoint_state(a, now).usable for a in (current.asr_endpoint, current.tts_endpoint)
         )
-        if usable:
+        same_version = self._serves_call(current.region)
+        if usable and same_version:
             return
         nxt = self.selector.next_best(
-            {current.region}, self._caller_number, self._source_ip, self._pinned,
+            {current.region}, self._caller_number, self._source_ip, self.versions,
             now=now, need_dialogue=self._need_dialogue,
         )
+        if isinstance(nxt, NoRegion) and not same_version:
+            log.warn("call {call_id}: region {region} no longer serves the call's versions {versions} and no "
+                     "region does: {detail}", call_id=self.call_id, region=current.region,
+                     versions=",".join(sorted(self.versions)), detail=nxt.detail)
+            raise SpeechError(f"no region serves this call's model versions {sorted(self.versions)}: {nxt.detail}",
+                              retryable=True, code="UNAVAILABLE")
         if isinstance(nxt, Selection):
             self._failed.discard(nxt.region)
             self.selector.record_failover(current.region, nxt.region)
-            event = FailoverEvent(self.call_id, "call", current.region, nxt.region, "region unusable at stream open", now)
+            why = "region unusable at stream open" if same_version else "region changed model version"
+            event = FailoverEvent(self.call_id, "call", current.region, nxt.region, why, now)
             self.failovers.append(event)
             self._selection = nxt
             self.regions.append(nxt.region)

@@ -389,6 +389,7 @@ class FailoverSynthesisStream:
         self._last_audio_at = None
         client = self._owner.clients.get(selection.tts_endpoint)
         language = getattr(self._owner, "language_code", None)
+        call_id = getattr(self._owner, "call_id", "")
         self._inner = client.synthesize_stream(
             self._text,
             sample_rate_hz=self._rate,
@@ -397,6 +398,7 @@ class FailoverSynthesisStream:
             on_done=lambda: self._inner_done(g),
             on_error=lambda err: self._reactor.callFromThread(self._inner_error, g, err),
             **({"language_code": language} if language else {}),
+            **({"call_id": call_id} if call_id else {}),
         )
         if not self._holds_slot:
             self._owner.selector.acquire(self._region)

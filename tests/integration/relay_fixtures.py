@@ -37,16 +37,26 @@ def load_relay_module() -> ModuleType:
     return module
 
 
-def start_speech_server(decode_processes: int = 1, timeout_s: float = 90.0) -> tuple[subprocess.Popen[str], str]:
-    """``python -m agent.speech.server --listen 127.0.0.1:0``; returns (process, address)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.speech.server", "--listen", "127.0.0.1:0", "--decode-processes", str(decode_processes)],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+def start_speech_server(decode_processes: int = 1, timeout_s: float = 90.0, *, listen: str = "127.0.0.1:0",
+                        extra_args: tuple[str, ...] = (), log_path: str | None = None,
+                        ) -> tuple[subprocess.Popen[str], str]:
+    """``python -m agent.speech.server --listen 127.0.0.1:0``; returns (process, address).
+    *extra_args* go to the server (e.g. ``--asr-model``); its log (stderr) is appended to
+    *log_path* when given."""
+    log = open(log_path, "a") if log_path else None  # noqa: SIM115 (the child holds it)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.speech.server", "--listen", listen,
+             "--decode-processes", str(decode_processes), *extra_args],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log if log is not None else subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    finally:
+        if log is not None:
+            log.close()
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     stdout = proc.stdout
@@ -56,7 +66,7 @@ def start_speech_server(decode_processes: int = 1, timeout_s: float = 90.0) -> t
     except queue.Empty:
         proc.kill()
         raise AssertionError(f"speech server printed no listening line within {timeout_s} s") from None
-    match = re.fullmatch(r"speech server listening on (127\.0\.0\.1:\d+)\n", line)
+    match = re.fullmatch(r"speech server listening on (127\.0\.0\.1:\d+)( \(.*\))?\n", line)
     if match is None:
         proc.kill()
         raise AssertionError(f"unexpected first line from speech server: {line!r}")

@@ -16,7 +16,7 @@ from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
 from agent.speech.server.endpointing import EndpointingParams
 from agent.speech.server.recognizer import MODEL_RATE_HZ, FinalHypothesis, RecognitionEvent
-from agent.speech.server.rpc import LANGUAGE_CODE, ConfigError, EngineUnavailable, abort, check_language
+from agent.speech.server.rpc import LANGUAGE_CODE, ConfigError, EngineUnavailable, abort, check_language, log_stream
 from media import convert
 
 ASR_SERVICE_NAME = "nvidia.riva.asr.RivaSpeechRecognition"
@@ -37,8 +37,10 @@ class RecognitionSettings:
     phrases: tuple[str, ...] = ()
 
 
-def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_results: bool) -> RecognitionSettings:
-    """Validate a ``RecognitionConfig``; raise :class:`ConfigError` with the reason."""
+def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_results: bool,
+                             model_name: str = ASR_MODEL_NAME) -> RecognitionSettings:
+    """Validate a ``RecognitionConfig`` (*model_name*: the model this server serves); raise
+    :class:`ConfigError` with the reason."""
     if config.encoding not in (AudioEncoding.LINEAR_PCM, AudioEncoding.MULAW, AudioEncoding.ALAW):
         name = AudioEncoding.Name(config.encoding) if config.encoding in AudioEncoding.values() else str(config.encoding)
         raise ConfigError(f"unsupported encoding {name}; use LINEAR_PCM, MULAW or ALAW")
@@ -50,8 +52,8 @@ def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_
     check_language(config.language_code, "RecognitionConfig")
     if config.audio_channel_count > 1:
         raise ConfigError(f"only mono audio is supported, got audio_channel_count={config.audio_channel_count}")
-    if config.model and config.model != ASR_MODEL_NAME:
-        raise ConfigError(f"model {config.model!r} is not available; this server has {ASR_MODEL_NAME!r}")
+    if config.model and config.model != model_name:
+        raise ConfigError(f"model {config.model!r} is not available; this server has {model_name!r}")
     endpointing = EndpointingParams.from_proto(
         config.endpointing_config if config.HasField("endpointing_config") else None
     )
@@ -142,10 +144,12 @@ def _streaming_result(
 
 
 class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
-    """Riva speech recognition on pocketsphinx."""
+    """Riva speech recognition on pocketsphinx, reported as the model *model_name* (a deployment
+    names its version in it, e.g. ``pocketsphinx-en-US-2``: docs/regions.md, "Rollouts")."""
 
-    def __init__(self, engine: RecognitionEngine) -> None:
+    def __init__(self, engine: RecognitionEngine, model_name: str = ASR_MODEL_NAME) -> None:
         self._engine = engine
+        self.model_name = model_name
 
     def _open(self, settings: RecognitionSettings, context: grpc.ServicerContext) -> RecognitionSession:
         try:
@@ -167,10 +171,12 @@ class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
             )
         try:
             settings = parse_recognition_config(
-                first.streaming_config.config, interim_results=first.streaming_config.interim_results
+                first.streaming_config.config, interim_results=first.streaming_config.interim_results,
+                model_name=self.model_name,
             )
         except ConfigError as exc:
             abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        log_stream(context, "asr", f"asr:{self.model_name}")
         clock = AudioClock(settings)
         session = self._open(settings, context)
         try:
@@ -204,7 +210,7 @@ class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
         self, request: riva_asr_pb2.RecognizeRequest, context: grpc.ServicerContext
     ) -> riva_asr_pb2.RecognizeResponse:
         try:
-            settings = parse_recognition_config(request.config, interim_results=False)
+            settings = parse_recognition_config(request.config, interim_results=False, model_name=self.model_name)
         except ConfigError as exc:
             abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         clock = AudioClock(settings)
@@ -230,8 +236,8 @@ class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
         self, request: riva_asr_pb2.RivaSpeechRecognitionConfigRequest, context: grpc.ServicerContext
     ) -> riva_asr_pb2.RivaSpeechRecognitionConfigResponse:
         response = riva_asr_pb2.RivaSpeechRecognitionConfigResponse()
-        if request.model_name in ("", ASR_MODEL_NAME):
-            cfg = response.model_config.add(model_name=ASR_MODEL_NAME)
+        if request.model_name in ("", self.model_name):
+            cfg = response.model_config.add(model_name=self.model_name)
             cfg.parameters["language_code"] = LANGUAGE_CODE
             cfg.parameters["type"] = "online"
             cfg.parameters["sample_rate"] = str(MODEL_RATE_HZ)

@@ -170,6 +170,8 @@ def start_speech_server(
     credentials: grpc.ServerCredentials | None = None,
     auth_token: str | None = None,
     open_speech: str | None = None,
+    asr_model: str = ASR_MODEL_NAME,
+    tts_model_suffix: str = "",
 ) -> SpeechServer:
     """Start decode workers, load the default voice and serve on ``listen`` (port 0 = any free port).
 
@@ -181,9 +183,12 @@ def start_speech_server(
     ``whisper`` (the default) transcribes an utterance with Whisper tiny.en whenever the hint
     decoder's words do not read as the hints, ``general`` (also ``general_alongside_hints``)
     decodes a hinted stream beside the general pocketsphinx model too (about 1.7 times the
-    general model's CPU per stream), ``hints`` keeps the hint decoder's words (docs/speech.md). *credentials* serve TLS instead of plaintext
+    general model's CPU per stream), ``hints`` keeps the hint decoder's words (docs/speech.md).
+    *credentials* serve TLS instead of plaintext
     (:func:`agent.speech.server.security.server_credentials`); *auth_token* makes every RPC
-    need ``authorization: Bearer <token>``. Raises
+    need ``authorization: Bearer <token>``. *asr_model* / *tts_model_suffix*: the model names it
+    reports and accepts (``asr:<asr_model>``, ``tts:flite-<voice><suffix>`` as versions), so
+    servers standing for regions can serve different versions. Raises
     ``RuntimeError`` if the address cannot be bound.
     """
     host, _ = _split_listen(listen)
@@ -212,8 +217,8 @@ def start_speech_server(
             options=[("grpc.so_reuseport", 0)],
             interceptors=[TokenInterceptor(auth_token)] if auth_token else None,
         )
-        riva_asr_pb2_grpc.add_RivaSpeechRecognitionServicer_to_server(RivaAsrServicer(engine), server)
-        riva_tts_pb2_grpc.add_RivaSpeechSynthesisServicer_to_server(RivaTtsServicer(), server)
+        riva_asr_pb2_grpc.add_RivaSpeechRecognitionServicer_to_server(RivaAsrServicer(engine, asr_model), server)
+        riva_tts_pb2_grpc.add_RivaSpeechSynthesisServicer_to_server(RivaTtsServicer(tts_model_suffix), server)
         health_servicer = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         try:
@@ -234,7 +239,8 @@ def start_speech_server(
 
 def run(listen: str, max_workers: int = 32, decode_processes: int | None = None,
         general_alongside_hints: bool = False, credentials: grpc.ServerCredentials | None = None,
-        auth_token: str | None = None, open_speech: str | None = None) -> int:
+        auth_token: str | None = None, open_speech: str | None = None, asr_model: str = ASR_MODEL_NAME,
+        tts_model_suffix: str = "") -> int:
     """Serve on ``listen`` until SIGTERM or SIGINT; print one ``listening`` line; return 0."""
     stop = threading.Event()
 
@@ -247,8 +253,11 @@ def run(listen: str, max_workers: int = 32, decode_processes: int | None = None,
     try:
         server = start_speech_server(listen, max_workers, decode_processes=decode_processes,
                                      general_alongside_hints=general_alongside_hints,
-                                     credentials=credentials, auth_token=auth_token, open_speech=open_speech)
+                                     credentials=credentials, auth_token=auth_token, open_speech=open_speech,
+                                     asr_model=asr_model, tts_model_suffix=tts_model_suffix)
         extras = [word for word, on in (("TLS", credentials is not None), ("token required", bool(auth_token))) if on]
+        if asr_model != ASR_MODEL_NAME or tts_model_suffix:
+            extras.append(f"asr:{asr_model}, tts:flite-*{tts_model_suffix}")
         print(f"speech server listening on {server.address}" + (f" ({', '.join(extras)})" if extras else ""),
               flush=True)
         try:
@@ -291,7 +300,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="require 'authorization: Bearer <token>' on every RPC, the token read from "
                              "environment variable NAME")
     parser.add_argument("--auth-token-file", metavar="FILE", help="... or from FILE")
+    parser.add_argument("--asr-model", default=ASR_MODEL_NAME, metavar="NAME",
+                        help=f"the recognition model name reported and accepted (default {ASR_MODEL_NAME}; "
+                             "e.g. pocketsphinx-en-US-2 to stand for another version)")
+    parser.add_argument("--tts-model-suffix", default="", metavar="SUFFIX",
+                        help="appended to every synthesis model name flite-<voice> (e.g. -2)")
     args = parser.parse_args(argv)
+    if not args.asr_model.strip() or any(ch.isspace() for ch in args.asr_model):
+        parser.error(f"--asr-model must be a name without spaces, got {args.asr_model!r}")
+    if any(ch.isspace() for ch in args.tts_model_suffix):
+        parser.error(f"--tts-model-suffix must have no spaces, got {args.tts_model_suffix!r}")
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -317,4 +335,5 @@ def main(argv: list[str] | None = None) -> int:
         if not token:
             parser.error(f"--auth-token-file: {args.auth_token_file} is empty")
     return run(args.listen, args.max_workers, args.decode_processes, args.general_alongside_hints,
-               credentials=credentials, auth_token=token, open_speech=args.open_speech)
+               credentials=credentials, auth_token=token, open_speech=args.open_speech, asr_model=args.asr_model,
+               tts_model_suffix=args.tts_model_suffix)

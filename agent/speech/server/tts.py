@@ -14,7 +14,7 @@ from riva.client.proto import riva_tts_pb2, riva_tts_pb2_grpc
 from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
 from agent.speech.server import flite
-from agent.speech.server.rpc import LANGUAGE_CODE, ConfigError, abort, check_language
+from agent.speech.server.rpc import LANGUAGE_CODE, ConfigError, abort, check_language, log_stream
 from agent.speech.voices import RIVA_VOICES, flite_voice, riva_name
 from media import convert
 
@@ -95,7 +95,11 @@ def synthesize_chunks(settings: SynthesisSettings, chunk_ms: int = TTS_CHUNK_MS)
 
 
 class RivaTtsServicer(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
-    """Riva speech synthesis on flite."""
+    """Riva speech synthesis on flite; each voice is reported as the model ``flite-<voice>`` +
+    *model_suffix* (a deployment names its version there, e.g. ``-2``)."""
+
+    def __init__(self, model_suffix: str = "") -> None:
+        self.model_suffix = model_suffix
 
     def Synthesize(  # noqa: N802
         self, request: riva_tts_pb2.SynthesizeSpeechRequest, context: grpc.ServicerContext
@@ -122,6 +126,7 @@ class RivaTtsServicer(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
                 settings = parse_synthesis_request(request)
             except ConfigError as exc:
                 abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            log_stream(context, "tts", f"tts:flite-{settings.voice}{self.model_suffix}")
             for chunk in synthesize_chunks(settings):
                 if not context.is_active():
                     return
@@ -134,7 +139,7 @@ class RivaTtsServicer(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
     ) -> riva_tts_pb2.RivaSynthesisConfigResponse:
         response = riva_tts_pb2.RivaSynthesisConfigResponse()
         for voice in flite.VOICES:
-            model_name = f"flite-{voice}"
+            model_name = f"flite-{voice}{self.model_suffix}"
             if request.model_name and request.model_name != model_name:
                 continue
             cfg = response.model_config.add(model_name=model_name)
