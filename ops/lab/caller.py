@@ -144,18 +144,20 @@ def one_call(plan: LabPlan, resolver: dns.resolver.Resolver, origin: RegionPlan,
     return {"t": started, "region": region, "address": address, "dns": res, **result}
 
 
-def loop(plan: LabPlan, origin: RegionPlan, duration_s: float, interval_s: float, hold_s: float,
+def loop(plan: LabPlan, origins: list[RegionPlan], duration_s: float, interval_s: float, hold_s: float,
          timeout_s: float, max_calls: int) -> None:
-    """A call every *interval_s* for *duration_s* (at most *max_calls*); a JSON line per finished call."""
-    resolver = make_resolver()
+    """A call every *interval_s* for *duration_s* (at most *max_calls*), from each of *origins* in turn
+    (one resolver cache per client network); a JSON line per finished call."""
+    resolvers = {o.name: make_resolver() for o in origins}
     out_lock = threading.Lock()
     threads = []
     t_end = time.monotonic() + duration_s
     n = 0
 
     def run(seq: int) -> None:
-        rec = one_call(plan, resolver, origin, hold_s, timeout_s)
-        rec["seq"] = seq
+        origin = origins[seq % len(origins)]
+        rec = one_call(plan, resolvers[origin.name], origin, hold_s, timeout_s)
+        rec["seq"], rec["from"] = seq, origin.name
         with out_lock:
             print(json.dumps(rec), flush=True)
 
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--openclaw", action="store_true", help="call with openclaw-voice call (speech) instead of SIPp")
     c.add_argument("--say", default="check my balance")
     lp = sub.add_parser("loop")
-    lp.add_argument("--from", dest="origin", default="")
+    lp.add_argument("--from", dest="origin", default="", help="region(s) whose client network calls, in turn: a,b")
     lp.add_argument("--duration-s", type=float, default=30.0)
     lp.add_argument("--interval-s", type=float, default=0.5)
     lp.add_argument("--hold-s", type=float, default=3.0)
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(one_call(plan, make_resolver(), origin, args.hold_s, args.timeout_s, args.openclaw,
                                   args.say)))
     else:
-        loop(plan, _origin(plan, args.origin), min(args.duration_s, 600.0), max(args.interval_s, 0.05),
+        loop(plan, [_origin(plan, o) for o in args.origin.split(",")], min(args.duration_s, 600.0), max(args.interval_s, 0.05),
              args.hold_s, args.timeout_s, min(args.max_calls, 2000))
     return 0
 
