@@ -279,3 +279,22 @@ def plan_from_json(text: str) -> LabPlan:
     return LabPlan(d["prefix"], d["run_dir"], tuple(d["regions"]), d["workers"], d["ttl_s"],
                    d["health_interval_s"], d["health_timeout_s"],
                    {(int(a), int(b)): float(ms) for a, b, ms in d["delays_ms"]})
+
+
+#: the reference deployment of docs/deployment.md (documentation addresses, RFC 5737)
+REFERENCE_REGIONS = [("eu-west", "192.0.2.10"), ("us-east", "198.51.100.10"), ("ap-south", "203.0.113.10")]
+REFERENCE_PREFERENCES = {
+    "10.1.0.0/16": ["eu-west", "us-east", "ap-south"],
+    "10.2.0.0/16": ["us-east", "eu-west", "ap-south"],
+    "10.3.0.0/16": ["ap-south", "us-east", "eu-west"],
+}
+
+
+def reference_zone() -> str:
+    """ops/pdns/voice.example.zone (``python -m ops.lab.plan > ops/pdns/voice.example.zone``)."""
+    return render_zone("voice.example.", "192.0.2.53", REFERENCE_REGIONS, REFERENCE_PREFERENCES, ttl_s=5,
+                       health_port=HEALTH_PORT, health_timeout_s=1)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(reference_zone())
