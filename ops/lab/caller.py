@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,8 +110,14 @@ def sipp_call(address: str, port: int, local_ip: str, hold_s: float, timeout_s: 
                            "-nostdin", "-timeout", f"{int(timeout_s)}s", "-timeout_error", "-recv_timeout",
                            f"{int(timeout_s * 1000)}", f"{address}:{port}"],
                           capture_output=True, text=True, timeout=timeout_s + 15, cwd=os.path.dirname(SIPP_SCENARIO))
+    codes = re.findall(r"SIP/2\.0 ([3-6]\d\d)", proc.stderr)
+    error = ""
+    if proc.returncode != 0:
+        error = (f"answered {codes[-1]}" if codes else
+                 "no answer" if "timed out" in proc.stderr or "timeout" in proc.stderr.lower() else
+                 " ".join(proc.stderr.split())[-300:])
     return {"ok": proc.returncode == 0, "exit": proc.returncode, "duration_s": round(time.monotonic() - t0, 3),
-            "error": "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or [""])[-1][:300]}
+            "status": int(codes[-1]) if codes else (200 if proc.returncode == 0 else None), "error": error}
 
 
 def openclaw_call(address: str, port: int, say: str, timeout_s: float) -> dict[str, Any]:

@@ -5,6 +5,7 @@ import argparse
 import glob
 import json
 import os
+import signal
 import sys
 
 from ops.lab import netns
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             plan = LabPlan(prefix, run_dir, tuple(x for x in args.regions.split(",") if x), args.workers, args.ttl,
                            args.health_interval)
             lab = Lab(plan)
+            # SIGTERM/SIGHUP during start-up: unwind through up()'s teardown like Ctrl-C does
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, lambda n, _f: sys.exit(128 + n))
             lab.up(timeout_s=min(args.timeout, 900.0))
             print(f"lab {prefix} up; run dir {run_dir}")
             _print_status(lab, lab.status())

@@ -149,3 +149,19 @@ def test_a_killed_region_leaves_dns_and_comes_back_when_revived(lab: LabRun) -> 
     result = lab.caller("call", "--from", "us-east", "--hold-s", "1")
     assert result["ok"] and result["region"] == "us-east", result
     print(f"DNS left the killed region after {took:.1f} s (bound {bound_s} s + polling)")
+
+
+def test_a_failed_start_leaves_nothing_behind(tmp_path: object) -> None:
+    """`up` that cannot finish in time (2 s) fails with the reason and removes every namespace and process."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    prefix = "oclf" + secrets.token_hex(3)
+    run = LabRun(os.path.join(str(tmp_path), "lab"))
+    try:
+        proc = run.cli("up", "--prefix", prefix, "--timeout", "2", check=False, timeout_s=120)
+        assert proc.returncode == 1
+        assert "not ready in time" in proc.stderr and "tearing everything down" in proc.stdout
+        assert not {ns for ns in netns.existing() if ns.startswith(prefix)}
+    finally:
+        run.cli("down", check=False, timeout_s=60)
