@@ -76,12 +76,12 @@ def ready(url: str, timeout_s: float = 1.0) -> dict[str, Any]:
 
 def status(plan: LabPlan) -> dict[str, Any]:
     regions = {r.name: {"address": r.address, "ready": ready(r.ready_url)} for r in plan.regions}
-    answers = {}
+    answers: dict[str, dict[str, Any]] = {}
     for r in plan.regions:
         try:
-            answers[r.client_network] = make_resolver().resolve(f"sip.{ZONE}", "A", source=r.client_address)
-            ans = answers[r.client_network]
-            answers[r.client_network] = {"addresses": [x.address for x in ans], "ttl_s": ans.rrset.ttl}
+            ans = make_resolver().resolve(f"sip.{ZONE}", "A", source=r.client_address)
+            answers[r.client_network] = {"addresses": [x.address for x in ans],
+                                         "ttl_s": ans.rrset.ttl if ans.rrset is not None else None}
         except Exception as exc:  # noqa: BLE001 -- reported, not raised: status shows what is wrong
             answers[r.client_network] = {"addresses": [], "error": str(exc)}
     return {"regions": regions, "dns": answers}

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 from ops.lab import netns
 from ops.lab.lab import DEFAULT_RUN_BASE, Lab, LabError, new_prefix
@@ -25,7 +26,7 @@ def _run_dir(args: argparse.Namespace) -> str:
                    "pick one with --run-dir")
 
 
-def _print_status(lab: Lab, st: dict) -> None:  # type: ignore[type-arg]
+def _print_status(lab: Lab, st: dict[str, Any]) -> None:
     for name, r in st["regions"].items():
         ready = r["ready"]
         why = "" if ready.get("code") == 200 else f" ({', '.join(ready.get('reasons', [])) or ready.get('error', '')})"

@@ -76,6 +76,8 @@ class Lab:
             raise
 
     def _start(self, service: Service) -> tuple[Service, int, subprocess.Popen[bytes]]:
+        for file_path, text in service.files:
+            self._write(file_path, text)
         path = self.log_path(service)
         offset = os.path.getsize(path) if os.path.exists(path) else 0
         env = {**os.environ, **dict(service.env), "PYTHONPATH": ROOT}

@@ -1,5 +1,8 @@
 """Namespaces, the hub bridge and the veths of a lab, with ``ip`` (iproute2).
 
+(``ip`` rather than pyroute2: the lab starts its processes with ``ip netns exec`` anyway, and the
+commands below are what an operator would type to inspect or repair a lab by hand.)
+
 The hub is a bridge inside the hub namespace (nothing in the root namespace); every other namespace
 has one veth, ``eth0``, whose peer in the hub is enslaved to the bridge. Links are created directly in
 their namespaces (``ip -n NS link add ... peer ... netns HUB``) so no name ever exists in the root

@@ -67,6 +67,8 @@ class Service:
     #: the region it belongs to ("" for lab-wide services)
     region: str = ""
     env: tuple[tuple[str, str], ...] = ()
+    #: (path, text) written before it starts (e.g. a rendered prometheus.yml)
+    files: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def test_each_node_reaches_its_own_speech_directly_and_the_others_through_its_re
 def test_region_services_are_an_extensible_list() -> None:
     """A factory appended to REGION_SERVICES runs in every region (how a region Prometheus joins)."""
     def extra(p: LabPlan, r: RegionPlan) -> list[Service]:
-        return [Service("extra", r.namespace, ("true",), "ready", r.name)]
+        return [Service("extra", r.namespace, ("true",), "ready", r.name, files=((f"/tmp/{r.name}.yml", "x"),))]
     REGION_SERVICES.append(extra)
     try:
         names = [s.name for s in plan().services()]
