@@ -1,4 +1,10 @@
-"""``ops/regions-lab up|status|kill REGION|revive REGION|call|down``: see docs/deployment.md."""
+"""``ops/regions-lab up|status|kill REGION|revive REGION|call|down``: see docs/deployment.md.
+
+The lab's rooms: ``plan.py`` (pure: names, addresses, ports, the PowerDNS zone, each namespace's
+services), ``netns.py`` (namespaces, the hub bridge, veths), ``lab.py`` (start, readiness, kill and
+revive, teardown; state in the run directory), ``caller.py`` (inside the caller namespace: resolve
+the SIP service through DNS and call), this file (the command line).
+"""
 from __future__ import annotations
 
 import argparse
