@@ -54,6 +54,10 @@ class Lab:
     def up(self, timeout_s: float = 240.0, say: Any = print) -> None:
         """Everything, or nothing: any failure tears down what was made."""
         p = self.plan
+        clash = netns.existing() & set(p.namespaces())
+        if clash:  # another lab's: refuse before touching anything (the teardown below would remove it)
+            raise LabError(f"namespaces already exist: {', '.join(sorted(clash))} (a lab with prefix {p.prefix!r} "
+                           "runs: `ops/regions-lab --run-dir DIR down` it or pick another --prefix)")
         os.makedirs(self.logs, exist_ok=True)
         self._write(os.path.join(p.run_dir, "plan.json"), plan_to_json(p))  # first: `down` can always clean
         deadline = time.monotonic() + timeout_s

@@ -165,3 +165,12 @@ def test_a_failed_start_leaves_nothing_behind(tmp_path: object) -> None:
         assert not {ns for ns in netns.existing() if ns.startswith(prefix)}
     finally:
         run.cli("down", check=False, timeout_s=60)
+
+
+def test_a_second_lab_with_the_same_prefix_is_refused_and_the_first_survives(lab: LabRun, tmp_path: object) -> None:
+    """`up` with a prefix in use fails at once and tears nothing down: the running lab still answers."""
+    prefix = json.load(open(os.path.join(lab.run_dir, "plan.json")))["prefix"]
+    other = LabRun(os.path.join(str(tmp_path), "other"))
+    proc = other.cli("up", "--prefix", prefix, check=False, timeout_s=60)
+    assert proc.returncode == 1 and "already exist" in proc.stderr
+    assert lab.dns()[NEAR["eu-west"]] == [ADDRESS["eu-west"]]
