@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -87,15 +88,11 @@ def status(plan: LabPlan) -> dict[str, Any]:
     return {"regions": regions, "dns": answers}
 
 
-_port_lock = threading.Lock()
-_next_port = [20000]
-
-
-def _ports() -> tuple[int, int]:
-    with _port_lock:
-        p = _next_port[0]
-        _next_port[0] = 20000 + (p - 20000 + 10) % 30000
-    return p, p + 2
+def _free_udp_port(local_ip: str) -> int:
+    """A UDP port the kernel says is free on *local_ip* now (several callers run at once)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((local_ip, 0))
+        return int(s.getsockname()[1])
 
 
 def sipp_call(address: str, port: int, local_ip: str, hold_s: float, timeout_s: float) -> dict[str, Any]:
@@ -103,7 +100,7 @@ def sipp_call(address: str, port: int, local_ip: str, hold_s: float, timeout_s: 
     sipp = shutil.which("sipp")
     if not sipp:
         raise RuntimeError("sipp (Debian package sip-tester) is not installed")
-    sip_port, media_port = _ports()
+    sip_port, media_port = _free_udp_port(local_ip), _free_udp_port(local_ip)
     t0 = time.monotonic()
     proc = subprocess.run([sipp, "-sf", SIPP_SCENARIO, "-s", "1000", "-m", "1", "-l", "1", "-d",
                            str(int(hold_s * 1000)), "-i", local_ip, "-p", str(sip_port), "-mp", str(media_port),

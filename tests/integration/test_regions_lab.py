@@ -133,6 +133,32 @@ def test_a_call_through_dns_is_answered_in_the_nearest_region(lab: LabRun) -> No
     assert lab.records("eu-west") == before["eu-west"] and lab.records("ap-south") == before["ap-south"]
 
 
+def test_a_full_region_leaves_dns_until_a_slot_frees(lab: LabRun) -> None:
+    """ap-south's one worker holds 4 calls: its /healthz/ready says no_free_slot (503), DNS sends its
+    network to us-east (next nearest) while it is full, and back once the calls end."""
+    plan = json.load(open(os.path.join(lab.run_dir, "plan.json")))
+    argv = ["ip", "netns", "exec", f"{plan['prefix']}-caller", sys.executable, "-m", "ops.lab.caller",
+            "--run-dir", lab.run_dir, "call", "--from", "ap-south", "--hold-s", "10", "--timeout-s", "15"]
+    calls = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": ROOT}) for _ in range(4)]
+    try:
+        deadline = time.monotonic() + 10
+        st = lab.caller("status")
+        while st["regions"]["ap-south"]["ready"].get("code") != 503 and time.monotonic() < deadline:
+            time.sleep(0.3)
+            st = lab.caller("status")
+        ready = st["regions"]["ap-south"]["ready"]
+        assert ready.get("code") == 503 and ready["reasons"] == ["no_free_slot"], ready
+        wait_dns(lab, NEAR["ap-south"], ADDRESS["us-east"], timeout_s=HEALTH_INTERVAL_S + TTL_S + 6)
+        results = [json.loads(c.communicate(timeout=40)[0].strip().splitlines()[-1]) for c in calls]
+    finally:
+        for c in calls:
+            if c.poll() is None:
+                c.kill()
+    assert [(r["ok"], r["region"]) for r in results] == [(True, "ap-south")] * 4, results
+    wait_dns(lab, NEAR["ap-south"], ADDRESS["ap-south"], timeout_s=HEALTH_INTERVAL_S + TTL_S + 6)
+
+
 def test_a_killed_region_leaves_dns_and_comes_back_when_revived(lab: LabRun) -> None:
     """kill us-east: within health interval + TTL + 2 s DNS sends its network to eu-west (next nearest)
     and a new call is answered there; revive: DNS returns us-east again and calls land there."""
