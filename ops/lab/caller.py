@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -89,10 +90,30 @@ def status(plan: LabPlan) -> dict[str, Any]:
 
 
 def _free_udp_port(local_ip: str) -> int:
-    """A UDP port the kernel says is free on *local_ip* now (several callers run at once)."""
+    """A UDP port the kernel says is free on *local_ip* now (from the ephemeral range)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((local_ip, 0))
         return int(s.getsockname()[1])
+
+
+def _free_media_ports(local_ip: str) -> int:
+    """The first of 4 free consecutive UDP ports below the ephemeral range (SIPp binds audio RTP and
+    RTCP, video RTP and RTCP from -mp), so calls placed at once never take each other's ports."""
+    for _ in range(200):
+        first = random.randrange(10000, 32000, 4)
+        socks = []
+        try:
+            for port in range(first, first + 4):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(sock)
+                sock.bind((local_ip, port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no 4 free consecutive UDP ports for SIPp's media")
 
 
 def sipp_call(address: str, port: int, local_ip: str, hold_s: float, timeout_s: float) -> dict[str, Any]:
@@ -100,7 +121,7 @@ def sipp_call(address: str, port: int, local_ip: str, hold_s: float, timeout_s: 
     sipp = shutil.which("sipp")
     if not sipp:
         raise RuntimeError("sipp (Debian package sip-tester) is not installed")
-    sip_port, media_port = _free_udp_port(local_ip), _free_udp_port(local_ip)
+    sip_port, media_port = _free_udp_port(local_ip), _free_media_ports(local_ip)
     t0 = time.monotonic()
     proc = subprocess.run([sipp, "-sf", SIPP_SCENARIO, "-s", "1000", "-m", "1", "-l", "1", "-d",
                            str(int(hold_s * 1000)), "-i", local_ip, "-p", str(sip_port), "-mp", str(media_port),
