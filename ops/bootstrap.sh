@@ -12,7 +12,7 @@ VENV="${OPENCLAW_VENV:-$ROOT/.venv}"
 # prometheus: promtool, which checks and tests ops/prometheus/ (the server is not started).
 DEB_PACKAGES=(python3 python3-venv python3-dev flite libflite1 sip-tester tshark sox procps iproute2
               kamailio prometheus systemd festival festvox-us-slt-hts espeak-ng
-              kamailio-tls-modules openssl)
+              kamailio-tls-modules openssl pdns-server pdns-backend-bind)
 
 MINILM_VERSION=0.1.0
 
@@ -40,10 +40,11 @@ install_debian_packages() {
 stop_distribution_services() {
     # The Debian package's own kamailio.service would take port 5060 with its sample config:
     # OpenClaw Voice starts Kamailio itself (--front kamailio) or through ops/systemd/.
+    # pdns.service likewise (port 53): the regions lab runs its own PowerDNS (docs/deployment.md).
     if [[ -d /run/systemd/system ]]; then
         local sudo=""
         [[ $(id -u) -eq 0 ]] || sudo="sudo"
-        for unit in kamailio.service; do
+        for unit in kamailio.service pdns.service; do
             if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
                 log "disabling the distribution's $unit"
                 $sudo systemctl disable --now "$unit" >/dev/null 2>&1 || true

@@ -8,6 +8,8 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from agent.app.readiness import node_readiness
+
 if TYPE_CHECKING:
     from agent.app.supervisor import Supervisor
 
@@ -46,6 +48,16 @@ class HealthPage(Resource):
         self._sup = sup
 
     def render_GET(self, request: Any) -> bytes:  # noqa: N802
+        if [p for p in request.postpath if p] == [b"ready"]:  # GSLB readiness (agent/app/readiness.py)
+            sup = self._sup
+            r = node_readiness(state=sup.state, front=sup.front.status if sup.front is not None else None,
+                               front_running=sup.front is not None and sup.front.running,
+                               workers=[(w.healthy, w.health) for w in sup.workers],
+                               capacity_per_worker=sup.settings.capacity)
+            request.setResponseCode(200 if r.ready else 503)
+            request.setHeader(b"content-type", b"application/json")
+            request.setHeader(b"cache-control", b"no-store")
+            return json.dumps(r.body()).encode() + b"\n"
         body = self._sup.health()
         request.setResponseCode(200 if body["status"] in ("ok", "degraded") else 503)
         request.setHeader(b"content-type", b"application/json")

@@ -7,6 +7,8 @@ from typing import Any, Protocol
 
 from twisted.web.resource import Resource
 
+from agent.app.readiness import server_readiness
+
 
 class ServerState(Protocol):
     """What the resources read of the server and ask it to do."""
@@ -36,6 +38,13 @@ class Health(Resource):
 
     def render_GET(self, request: Any) -> bytes:  # noqa: N802 (twisted.web API)
         s = self._server
+        if [p for p in request.postpath if p] == [b"ready"]:  # GSLB readiness (agent/app/readiness.py)
+            r = server_readiness(ready=s.ready, stopping=s.stopping, draining=s.draining,
+                                 active_calls=len(s.sessions), capacity=s.capacity)
+            request.setResponseCode(200 if r.ready else 503)
+            request.setHeader(b"content-type", b"application/json")
+            request.setHeader(b"cache-control", b"no-store")
+            return json.dumps({**r.body(), "worker": s.worker_id}).encode() + b"\n"
         ok = s.ready and not s.stopping and not s.draining
         status = "ok" if ok else ("stopping" if s.stopping else "draining" if s.draining else "starting")
         body = {
