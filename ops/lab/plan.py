@@ -234,8 +234,10 @@ def _dns_services(plan: LabPlan) -> list[Service]:
 
 def _speech_service(plan: LabPlan, region: RegionPlan) -> list[Service]:
     return [Service("speech", region.namespace,
+                    # The lab is about routing: the hint decoder alone keeps three regions' speech
+                    # servers light on one machine (Whisper's open speech is docs/speech.md's).
                     (sys.executable, "-m", "agent.speech.server", "--listen", f"{region.address}:{SPEECH_PORT}",
-                     "--decode-processes", "1"),
+                     "--decode-processes", "1", "--open-speech", "hints"),
                     "speech server listening on", region.name, (("PYTHONUNBUFFERED", "1"),))]
 
 
