@@ -29,7 +29,8 @@ import dns.edns
 import dns.resolver
 
 from ops.lab.lab import Lab
-from ops.lab.plan import DNS_ADDRESS, ROOT, SIP_PORT, ZONE, LabPlan, RegionPlan
+from ops.lab import prometheus
+from ops.lab.plan import DNS_ADDRESS, GLOBAL_PROMETHEUS_PORT, ROOT, SIP_PORT, ZONE, LabPlan, RegionPlan
 
 SIPP_SCENARIO = os.path.join(ROOT, "ops", "sipp", "bench-call.xml")
 
@@ -86,7 +87,23 @@ def status(plan: LabPlan) -> dict[str, Any]:
                                          "ttl_s": ans.rrset.ttl if ans.rrset is not None else None}
         except Exception as exc:  # noqa: BLE001 -- reported, not raised: status shows what is wrong
             answers[r.client_network] = {"addresses": [], "error": str(exc)}
-    return {"regions": regions, "dns": answers}
+    return {"regions": regions, "dns": answers, "global_view": global_view()}
+
+
+def global_view() -> dict[str, Any]:
+    """What the global Prometheus knows: each region's readiness as federated from its region
+    Prometheus (``region:openclaw_ready:bool``), whether it can scrape that Prometheus now, and the
+    alerts firing or pending."""
+    address = f"{DNS_ADDRESS}:{GLOBAL_PROMETHEUS_PORT}"
+    try:
+        ready = {s.labels.get("region", ""): s.value for s in prometheus.query(address, "region:openclaw_ready:bool")}
+        scraped = {s.labels.get("region", ""): s.value
+                   for s in prometheus.query(address, 'up{job="%s"}' % prometheus.FEDERATE_JOB)}
+        alerts = sorted({(s.labels.get("alertname", ""), s.labels.get("region", ""), s.labels.get("alertstate", ""))
+                         for s in prometheus.query(address, "ALERTS")})
+    except (OSError, prometheus.PrometheusError) as exc:
+        return {"error": str(exc)}
+    return {"ready": ready, "scraped": scraped, "alerts": [list(a) for a in alerts]}
 
 
 def _free_udp_port(local_ip: str) -> int:

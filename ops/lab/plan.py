@@ -2,7 +2,7 @@
 
 Everything the lab starts is a :class:`Service` (argv, namespace, the log line that says it is ready).
 A region's services come from the factories in :data:`REGION_SERVICES`, the lab-wide ones from
-:data:`GLOBAL_SERVICES`: another service (a region or global Prometheus) is one more factory there.
+:data:`GLOBAL_SERVICES` (a region's Prometheus and the global one that federates them among them).
 Addresses are fixed: every address lives inside the lab's own namespaces (the hub bridge too), so two
 labs never collide; only the namespace names carry the lab's unique prefix.
 """
@@ -13,6 +13,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
+
+from ops.lab import prometheus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PDNS_REFERENCE_CONF = os.path.join(ROOT, "ops", "pdns", "pdns.conf")
@@ -266,9 +268,36 @@ def _node_service(plan: LabPlan, region: RegionPlan) -> list[Service]:
                     "supervisor ready:", region.name, (("PYTHONUNBUFFERED", "1"),))]
 
 
-GLOBAL_SERVICES: list[Callable[[LabPlan], list[Service]]] = [_dns_services]
+#: Prometheus says this (at log level info) once it serves queries
+PROMETHEUS_READY_LINE = "Server is ready to receive web requests"
+
+
+def _region_prometheus_service(plan: LabPlan, region: RegionPlan) -> list[Service]:
+    """The region's Prometheus: scrapes its node (the supervisor's metrics), evaluates the node and
+    region rules, and is federated by the global one (docs/regions.md, "One global view")."""
+    d = os.path.join(plan.region_dir(region), "prometheus")
+    config = os.path.join(d, "prometheus.yml")
+    return [Service("prometheus", region.namespace,
+                    tuple(prometheus.command(config, f"{region.address}:{REGION_PROMETHEUS_PORT}",
+                                             os.path.join(d, "data"), log_level="info")),
+                    PROMETHEUS_READY_LINE, region.name,
+                    files=((config, prometheus.region_config(region.name, [f"{region.address}:{HEALTH_PORT}"])),))]
+
+
+def _global_prometheus_service(plan: LabPlan) -> list[Service]:
+    """The global Prometheus, beside the DNS server: federates every region's Prometheus."""
+    d = os.path.join(plan.run_dir, "global-prometheus")
+    config = os.path.join(d, "prometheus.yml")
+    regions = {r.name: f"{r.address}:{REGION_PROMETHEUS_PORT}" for r in plan.regions}
+    return [Service("prometheus-global", plan.dns_ns,
+                    tuple(prometheus.command(config, f"{DNS_ADDRESS}:{GLOBAL_PROMETHEUS_PORT}",
+                                             os.path.join(d, "data"), log_level="info")),
+                    PROMETHEUS_READY_LINE, files=((config, prometheus.global_config(regions)),))]
+
+
+GLOBAL_SERVICES: list[Callable[[LabPlan], list[Service]]] = [_dns_services, _global_prometheus_service]
 REGION_SERVICES: list[Callable[[LabPlan, RegionPlan], list[Service]]] = [
-    _speech_service, _relay_services, _node_service]
+    _speech_service, _relay_services, _node_service, _region_prometheus_service]
 
 
 def plan_to_json(plan: LabPlan) -> str:

@@ -159,6 +159,26 @@ def test_a_full_region_leaves_dns_until_a_slot_frees(lab: LabRun) -> None:
     wait_dns(lab, NEAR["ap-south"], ADDRESS["ap-south"], timeout_s=HEALTH_INTERVAL_S + TTL_S + 6)
 
 
+def wait_global_view(lab: LabRun, check: Any, what: str, timeout_s: float) -> dict[str, Any]:
+    """Poll the caller's status until *check*(its global_view) holds."""
+    t0 = time.monotonic()
+    view: dict[str, Any] = {}
+    while time.monotonic() - t0 < timeout_s:
+        view = lab.caller("status")["global_view"]
+        if "error" not in view and check(view):
+            return view
+        time.sleep(1.0)
+    raise AssertionError(f"global Prometheus: {what} not seen in {timeout_s} s; last view {view}")
+
+
+def test_the_global_prometheus_federates_every_regions_readiness(lab: LabRun) -> None:
+    """Each region's Prometheus scrapes its node; the global one federates the region series: every
+    region is scraped and reported ready, with no region alert."""
+    view = wait_global_view(lab, lambda v: v["ready"] == {r: 1.0 for r in ADDRESS}
+                            and v["scraped"] == {r: 1.0 for r in ADDRESS}, "three ready regions", timeout_s=45)
+    assert not [a for a in view["alerts"] if a[0] == "OpenClawRegionDown"], view
+
+
 def test_a_killed_region_leaves_dns_and_comes_back_when_revived(lab: LabRun) -> None:
     """kill us-east: within health interval + TTL + 2 s DNS sends its network to eu-west (next nearest)
     and a new call is answered there; revive: DNS returns us-east again and calls land there."""
@@ -170,6 +190,12 @@ def test_a_killed_region_leaves_dns_and_comes_back_when_revived(lab: LabRun) -> 
     assert result["ok"] and result["region"] == "eu-west", result
     st = lab.caller("status")
     assert st["regions"]["us-east"]["ready"]["code"] is None  # nothing listens: the node is gone
+    # The region's Prometheus died with it: the global one cannot scrape it and raises the alert.
+    view = wait_global_view(lab, lambda v: v["scraped"].get("us-east") == 0.0
+                            and ["OpenClawRegionDown", "us-east", "pending"] in v["alerts"]
+                            or ["OpenClawRegionDown", "us-east", "firing"] in v["alerts"],
+                            "us-east unreachable and OpenClawRegionDown", timeout_s=20)
+    assert view["scraped"]["eu-west"] == 1.0 and view["scraped"]["ap-south"] == 1.0, view
     lab.cli("revive", "us-east", timeout_s=150)
     wait_dns(lab, NEAR["us-east"], ADDRESS["us-east"], timeout_s=bound_s + 10)
     result = lab.caller("call", "--from", "us-east", "--hold-s", "1")
