@@ -264,6 +264,8 @@ class DeadDialog:
             f.write(DIALPLAN)
         self.agent = _agent(tmp, TIMERS, "--dialplan", dialplan)
         self.trace = os.path.join(tmp, "timer.log")
+        self.output = os.path.join(tmp, "sipp.out")
+        self._out = open(self.output, "wb")  # (a pipe could fill up while nobody reads it)
         exe = shutil.which("sipp")
         assert exe, "sipp (Debian package sip-tester) is not installed; run ops/bootstrap.sh"
         self.started = time.monotonic()
@@ -272,7 +274,7 @@ class DeadDialog:
             [exe, "-sf", os.path.join(SIPP_DIR, "caller-session-timer.xml"), "-i", "127.0.0.1", "-p", str(free_port()),
              "-mp", str(free_port()), "-nostdin", "-timeout", "120s", "-timeout_error", "-trace_msg",
              "-message_file", self.trace, "-s", "2000", "-m", "1", f"127.0.0.1:{self.agent.sip_port}"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+            stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
         self._waiter = threading.Thread(target=self._wait, daemon=True)
         self._waiter.start()
 
@@ -284,13 +286,14 @@ class DeadDialog:
         """(SIPp's exit status, seconds from its start to its end, its output)."""
         self._waiter.join(timeout_s)
         assert not self._waiter.is_alive(), "SIPp did not end"
-        out = self.proc.stdout.read().decode(errors="replace") if self.proc.stdout else ""
-        return self.proc.returncode, self.ended - self.started, out
+        with open(self.output, encoding="utf-8", errors="replace") as f:
+            return self.proc.returncode, self.ended - self.started, f.read()
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._out.close()
         _finish(self.agent)
 
 
