@@ -178,14 +178,7 @@ def _descendants(pid: int) -> list[int]:
 def shared_node(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One node for the tests that leave it as they found it (a killed worker is restarted, a stopped one
     continued); the tests that stop the node start their own."""
-    tmp = str(tmp_path_factory.mktemp("node"))
-    config = os.path.join(tmp, "config.yaml")
-    with open(config, "w", encoding="utf-8") as f:
-        # The loopback "trunk" of a busy 2-core test machine has far more jitter than the default
-        # 40 ms buffer is for (docs/configuration.md): with it the workers dropped up to half of a
-        # caller's frames (rtp.jb_discarded) that had all arrived, and heard garbled words.
-        f.write("media:\n  jitter_buffer:\n    max_ms: 200\n")
-    n = start_node(tmp, "--config", config)
+    n = start_node(str(tmp_path_factory.mktemp("node")))
     yield n
     code = stop_node(n)
     assert code == 0, f"supervisor exited with {code}:\n{n.log()[-4000:]}"
