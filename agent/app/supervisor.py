@@ -11,8 +11,8 @@ dispatcher module; ``--front kamailio`` starts it here). The supervisor:
   ports and call-record files), restarts one that dies with exponential
   backoff (pjsua2 aborts the whole process on misuse), and polls their health;
 * optionally runs Kamailio with a dispatcher list generated from the workers,
-  and tells it at once when a worker dies (``dispatcher.set_state``) instead of
-  waiting for its keepalive probes;
+  and tells it at once when a worker dies, and when a restarted one is ready
+  (``dispatcher.set_state``), instead of waiting for its keepalive probes;
 * serves one ``/metrics`` covering every worker (each worker's samples with a
   ``worker`` label, plus its own), ``/healthz`` with per-worker health, and
   ``POST /admin/drain`` (whole node) / ``POST /admin/workers/I/drain`` (one
@@ -328,6 +328,12 @@ class Supervisor:
             child.status = "ready"
             child_ready = self.reactor.seconds() - child.started_at
             log.info("{name} ready in {s:.1f} s", name=child.name, s=child_ready)
+        if "ready: SIP on" in line and child.restarts and self.state == "ready":
+            worker = self._worker_of(child)
+            if (worker is not None and self.front is not None and self.front.running
+                    and self.settings.notify_front):
+                # a restarted worker takes calls at once, not at Kamailio's next probe
+                self._front_set_state(worker.plan, "ap")
         if child is not self.front and ('"GET /healthz' in line or '"GET /metrics' in line):
             return  # the supervisor's own polling
         if self.settings.log_format == "json":
@@ -399,9 +405,10 @@ class Supervisor:
         argv = [self.settings.kamcmd_bin, "-s", f"unix:{self.ctl_socket}", "dispatcher.set_state", state, "1",
                 plan.sip_uri]
         d = self._in_thread(self._run, argv)
-        d.addCallback(lambda out: log.info("kamailio: worker {i} ({uri}) marked down", i=plan.index,
-                                           uri=plan.sip_uri))
-        d.addErrback(lambda f: log.warn("kamailio: cannot mark worker {i} down: {err}", i=plan.index,
+        how = "up" if state.startswith("a") else "down"
+        d.addCallback(lambda out: log.info("kamailio: worker {i} ({uri}) marked {how}", i=plan.index,
+                                           uri=plan.sip_uri, how=how))
+        d.addErrback(lambda f: log.warn("kamailio: cannot mark worker {i} {how}: {err}", i=plan.index, how=how,
                                         err=f.getErrorMessage()))
 
     # -- health ---------------------------------------------------------------------

@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -153,10 +154,13 @@ def test_test_caller_reports_turns_and_latency(agent: AgentProcess) -> None:
 
 
 def test_g722_and_pcma_calls_are_answered(agent: AgentProcess) -> None:
-    """A-law and G.722 callers are understood too."""
-    for codec in ("PCMA", "G722"):
-        wait_idle(agent)
-        code, report, out = run_caller(agent.uri, "--codec", codec, "--say", "check my balance")
+    """A-law and G.722 callers are understood too (the two calls at once: the agent holds 4)."""
+    wait_idle(agent)
+    codecs = ("PCMA", "G722")
+    with ThreadPoolExecutor(len(codecs)) as pool:
+        results = list(pool.map(lambda codec: run_caller(agent.uri, "--codec", codec, "--say", "check my balance"),
+                                codecs))
+    for codec, (code, report, out) in zip(codecs, results):
         assert code == 0, out[-3000:]
         assert report["codec"] == codec
         assert "balance" in report["turns"][0]["agent_text"], report  # type: ignore[index]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from typing import Iterator
 
@@ -45,6 +46,10 @@ flows:
       - id: end
         hangup: {reason: ordered}
 """
+
+
+#: session timers of 90 s (RFC 4028's smallest interval: pjsip reaps a dead dialog 60 s in)
+TIMERS = "sip:\n  session_timers:\n    mode: optional\n    expires_s: 90\n    min_se_s: 90\n"
 
 
 def sipp(scenario: str, agent: AgentProcess, *args: str, sip_port: int = 0, media_port: int = 0,
@@ -90,8 +95,7 @@ def timer_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProce
     dialplan = os.path.join(tmp, "flows.yaml")
     with open(dialplan, "w", encoding="utf-8") as f:
         f.write(DIALPLAN)
-    a = _agent(tmp, "sip:\n  session_timers:\n    mode: optional\n    expires_s: 90\n    min_se_s: 90\n",
-               "--dialplan", dialplan)
+    a = _agent(tmp, TIMERS, "--dialplan", dialplan)
     yield a
     _finish(a)
 
@@ -241,22 +245,6 @@ def test_bye_crossing_the_agents_bye(timer_agent: AgentProcess, tmp_path) -> Non
     assert agent.metrics().get('openclaw_calls_total{outcome="rejected_capacity"}', 0.0) == 0.0
 
 
-def test_session_timer_reaps_a_dead_dialog(timer_agent: AgentProcess, tmp_path) -> None:
-    """A caller that asked for a 90 s session interval and then never refreshes (dead) is sent a
-    BYE by the agent about 60 s in, although the dialogue would wait 120 s for it."""
-    agent = timer_agent
-    _idle(agent)
-    trace = str(tmp_path / "timer.log")
-    started = time.monotonic()
-    sipp("caller-session-timer.xml", agent, "-s", "2000", "-m", "1", timeout_s=120, trace=trace)
-    elapsed = time.monotonic() - started
-    assert 50.0 < elapsed < 95.0, elapsed
-    (call_id,) = _call_ids(trace)
-    _idle(agent)
-    record = _record(agent, call_id)
-    assert "408" in str(record["end_reason"]), record  # "disconnected 408 No session refresh received."
-
-
 def test_rfc4733_dtmf_still_works(ringing_agent: AgentProcess) -> None:
     """The RFC 4733 path next to INFO: the pjsua2 caller's key 1 (telephone-event) gets the balance.
     (Its optional SRTP offer is answered with plain RTP by an agent whose SRTP is off.)"""
@@ -265,3 +253,71 @@ def test_rfc4733_dtmf_still_works(ringing_agent: AgentProcess) -> None:
     assert report["srtp"] is False, report  # keys offered, but this agent's SRTP is off
     assert "balance" in str(report["turns"][0]["agent_text"]), report  # type: ignore[index]
 
+
+class DeadDialog:
+    """A caller that asked for session timers and then goes silent, started with the module: its minute
+    of waiting for the agent's BYE runs beside the other tests, on its own agent (capacity 1)."""
+
+    def __init__(self, tmp: str) -> None:
+        dialplan = os.path.join(tmp, "flows.yaml")
+        with open(dialplan, "w", encoding="utf-8") as f:
+            f.write(DIALPLAN)
+        self.agent = _agent(tmp, TIMERS, "--dialplan", dialplan)
+        self.trace = os.path.join(tmp, "timer.log")
+        self.output = os.path.join(tmp, "sipp.out")
+        self._out = open(self.output, "wb")  # (a pipe could fill up while nobody reads it)
+        exe = shutil.which("sipp")
+        assert exe, "sipp (Debian package sip-tester) is not installed; run ops/bootstrap.sh"
+        self.started = time.monotonic()
+        self.ended = 0.0
+        self.proc = subprocess.Popen(
+            [exe, "-sf", os.path.join(SIPP_DIR, "caller-session-timer.xml"), "-i", "127.0.0.1", "-p", str(free_port()),
+             "-mp", str(free_port()), "-nostdin", "-timeout", "120s", "-timeout_error", "-trace_msg",
+             "-message_file", self.trace, "-s", "2000", "-m", "1", f"127.0.0.1:{self.agent.sip_port}"],
+            stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+        self._waiter = threading.Thread(target=self._wait, daemon=True)
+        self._waiter.start()
+
+    def _wait(self) -> None:
+        self.proc.wait()
+        self.ended = time.monotonic()
+
+    def result(self, timeout_s: float = 150.0) -> tuple[int, float, str]:
+        """(SIPp's exit status, seconds from its start to its end, its output)."""
+        self._waiter.join(timeout_s)
+        assert not self._waiter.is_alive(), "SIPp did not end"
+        with open(self.output, encoding="utf-8", errors="replace") as f:
+            return self.proc.returncode, self.ended - self.started, f.read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
+        _finish(self.agent)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dead_dialog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeadDialog | None]:
+    """Started first when test_session_timer_reaps_a_dead_dialog is to run (else nothing is started)."""
+    if not any(item.name == "test_session_timer_reaps_a_dead_dialog" and item.module is request.module
+               for item in request.session.items):
+        yield None
+        return
+    run = DeadDialog(str(tmp_path_factory.mktemp("dead-dialog")))
+    yield run
+    run.close()
+
+
+def test_session_timer_reaps_a_dead_dialog(dead_dialog: DeadDialog) -> None:
+    """A caller that asked for a 90 s session interval and then never refreshes (dead) is sent a
+    BYE by the agent about 60 s in, although the dialogue would wait 120 s for it. (The call was
+    placed when the module started; this test, the module's last, collects it.)"""
+    agent = dead_dialog.agent
+    code, elapsed, out = dead_dialog.result()
+    assert code == 0, out[-2500:] + open(dead_dialog.trace, errors="replace").read()[-3000:]
+    assert 50.0 < elapsed < 95.0, elapsed
+    (call_id,) = _call_ids(dead_dialog.trace)
+    _idle(agent)
+    record = _record(agent, call_id)
+    assert "408" in str(record["end_reason"]), record  # "disconnected 408 No session refresh received."
