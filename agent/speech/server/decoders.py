@@ -130,9 +130,9 @@ class HintModels:
         first stream."""
         self.background_words()
         if self.open_speech == "whisper":
-            # Loaded beside the first requests (a stream that needs it first waits for it), so
-            # that a decode worker is ready as soon as pocketsphinx is.
-            threading.Thread(target=self.transcriber, name="whisper-load", daemon=True).start()
+            # Before the worker says it is ready: loading it beside a first call's decoding
+            # would delay that call's results (~0.7 s of a core).
+            self.transcriber()
 
     def transcriber(self):  # -> agent.speech.server.whisper.WhisperTranscriber (imported on use)
         """This process's Whisper (loaded once, on first use)."""
