@@ -124,6 +124,13 @@ def test_whisper_saying_nothing_gives_no_final() -> None:
 def test_normalise_writes_whispers_text_as_the_recognisers_words() -> None:
     assert normalise("Hello, is there a life someone I could chat with?") == "hello is there a life someone i could chat with"
     assert normalise("My account number is 4021-77.") == "my account number is four zero two one seven seven"
+    assert normalise("Account 101 0667 8, number 731 8840") == \
+        "account one zero one zero six six seven eight number seven three one eight eight four zero"
+    assert normalise("Your balance is $123.45.") == "your balance is one hundred twenty three dollars and forty five cents"
+    assert normalise("It's $1 or $2,000.") == "it's one dollar or two thousand dollars"
+    assert normalise("We open at 9:00 and close at 5:30, 7:05 on Sundays") == \
+        "we open at nine and close at five thirty seven oh five on sundays"
+    assert normalise("Press 1 for 25 or 100% and 0123") == "press one for twenty five or one hundred percent and zero one two three"
     assert normalise("I'd like to... um, check it 'now'") == "i'd like to um check it now"
     assert normalise("") == ""
 

@@ -59,13 +59,61 @@ class WhisperUnavailable(RuntimeError):
     pass
 
 
+_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_TEENS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+          "nineteen")
+_MONEY = re.compile(r"\$(\d+)(?:\.(\d\d))?")
+_CLOCK = re.compile(r"\b(\d{1,2}):(\d\d)\b")
+_GROUPED = re.compile(r"(?<=\d),(?=\d\d\d)")
+
+
+def cardinal(n: int) -> str:
+    """0-999,999 in words ("one hundred twenty three"): Whisper writes amounts and times as
+    figures, the recognisers and the dialplans' examples as words (a few rules: not worth a
+    dependency)."""
+    if n < 10:
+        return _DIGIT_WORDS[n]
+    if n < 20:
+        return _TEENS[n - 10]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _DIGIT_WORDS[n % 10])
+    if n < 1000:
+        return _DIGIT_WORDS[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + cardinal(n % 100))
+    return cardinal(n // 1000) + " thousand" + ("" if n % 1000 == 0 else " " + cardinal(n % 1000))
+
+
+def _money(m: re.Match[str]) -> str:
+    dollars = int(m.group(1))
+    said = f"{cardinal(dollars)} dollar{'' if dollars == 1 else 's'}" if dollars < 1_000_000 else m.group(1)
+    if m.group(2) and int(m.group(2)):
+        cents = int(m.group(2))
+        said += f" and {cardinal(cents)} cent{'' if cents == 1 else 's'}"
+    return f" {said} "
+
+
+def _clock(m: re.Match[str]) -> str:
+    hour, minute = int(m.group(1)), int(m.group(2))
+    return f" {cardinal(hour)} " if minute == 0 else f" {cardinal(hour)} {'oh ' if minute < 10 else ''}{cardinal(minute)} "
+
+
 def normalise(text: str) -> str:
     """Whisper's cased, punctuated text as the agent's recognisers write words: lower case, no
-    punctuation, digits spoken one by one ("1234" -> "one two three four")."""
+    punctuation, amounts and times in words ("$123.45" -> "one hundred twenty three dollars and
+    forty five cents", "9:30" -> "nine thirty"), a number of up to three figures on its own as a
+    number ("25" -> "twenty five"), longer ones, ones starting with 0 and runs of numbers figure
+    by figure, as account numbers and codes are said ("4021" -> "four zero two one", "731 8840"
+    -> "seven three one eight eight four zero")."""
+    text = _GROUPED.sub("", text)
+    text = _CLOCK.sub(_clock, _MONEY.sub(_money, text)).replace("%", " percent ")
+    tokens = _NOT_A_WORD.sub(" ", text.lower().replace("-", " ")).split()
     words: list[str] = []
-    for word in _NOT_A_WORD.sub(" ", text.lower().replace("-", " ")).split():
+    for i, word in enumerate(tokens):
         if word.isdigit():
-            words.extend(_DIGIT_WORDS[int(d)] for d in word)
+            in_a_row = (i > 0 and tokens[i - 1].isdigit()) or (i + 1 < len(tokens) and tokens[i + 1].isdigit())
+            if len(word) <= 3 and not in_a_row and not (len(word) > 1 and word[0] == "0"):
+                words.append(cardinal(int(word)))
+            else:
+                words.extend(_DIGIT_WORDS[int(d)] for d in word)
         else:
             word = word.strip("'")
             if word:
