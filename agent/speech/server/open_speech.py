@@ -6,8 +6,8 @@ without hints) and keeps the utterance's audio. Whenever a hypothesis is asked f
 pocketsphinx words are kept if the :class:`~agent.speech.server.biasing.PhraseJudge` says they
 read as the hints (the dialplan's own phrases: fast and right); otherwise the caller said
 something else, and the words are Whisper's, made at the last *checkpoint* (the recogniser
-calls :meth:`checkpoint` when the voice has just dropped away) or at the utterance's end.
-Between checkpoints the last Whisper words stand. A stream without hints has no judge: every
+calls :meth:`checkpoint` when the voice has just dropped away, and before the utterance's end
+when voice came after the last one). Between checkpoints the last Whisper words stand. A stream without hints has no judge: every
 checkpoint and end is Whisper's. Figures: docs/speech.md.
 
 Whisper gives no word times here, so a Whisper final's words are laid out over the span the
@@ -22,12 +22,9 @@ from typing import Any, Protocol
 
 from agent.speech.server.biasing import PhraseJudge
 from agent.speech.server.whisper import Transcript
-from media import convert
 
 #: 10 ms of 16 kHz pcm16
 _STEP_BYTES = 320
-#: audio after a checkpoint quieter than this (every 10 ms) leaves its Whisper words standing
-QUIET_DBFS = -45.0
 
 
 class Transcriber(Protocol):
@@ -58,10 +55,8 @@ class OpenSpeechDecoder:
         self._audio = bytearray()
         self._frames = 0
         self._final = False
-        #: Whisper's words for the audio up to ``_heard_bytes``, and whether audio since is quiet
+        #: Whisper's words at the last checkpoint
         self._whisper: Transcript | None = None
-        self._heard_bytes = 0
-        self._voiced_since = False
         self._accepted: bool | None = None
         #: utterances whose final words were Whisper's / pocketsphinx's; Whisper runs
         self.whisper_finals = 0
@@ -74,8 +69,6 @@ class OpenSpeechDecoder:
         self._frames = 0
         self._final = False
         self._whisper = None
-        self._heard_bytes = 0
-        self._voiced_since = False
         self._accepted = None
 
     def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None:
@@ -83,11 +76,6 @@ class OpenSpeechDecoder:
         self._audio += audio
         self._frames += len(audio) // _STEP_BYTES
         self._accepted = None
-        if not self._voiced_since and self._whisper is not None:
-            for i in range(0, len(audio) - _STEP_BYTES + 1, _STEP_BYTES):
-                if convert.rms_dbfs(audio[i : i + _STEP_BYTES]) >= QUIET_DBFS:
-                    self._voiced_since = True
-                    break
 
     def checkpoint(self) -> None:
         """The voice has just dropped away: make Whisper's words now if they will be needed."""
@@ -101,7 +89,7 @@ class OpenSpeechDecoder:
         if self._uses_decoder():
             self.decoder_finals += 1
         else:
-            if self._whisper is None or self._voiced_since:
+            if self._whisper is None:  # the judge turned the words down only now
                 self._run_whisper()
             self.whisper_finals += 1
 
@@ -125,11 +113,7 @@ class OpenSpeechDecoder:
         return self._accepted
 
     def _run_whisper(self) -> None:
-        if self._whisper is not None and not self._voiced_since:
-            return
         self._whisper = self._transcriber.transcribe(bytes(self._audio))
-        self._heard_bytes = len(self._audio)
-        self._voiced_since = False
         self.whisper_runs += 1
 
     def _layout(self, words: Sequence[str], confidence: float) -> list[_Seg]:

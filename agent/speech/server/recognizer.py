@@ -352,6 +352,9 @@ class UtteranceRecognizer:
 
     def _end_utterance(self) -> FinalHypothesis | None:
         self._in_utterance = False
+        checkpoint = getattr(self._decoder, "checkpoint", None)
+        if checkpoint is not None and self._tail.last_voiced_end_ms > self._flushed_voice_end_ms:
+            checkpoint()  # voice since the last flush (or none was made): the second opinion is stale
         self._decoder.end_utt()
         text = self._current_hypothesis()
         if not text:
