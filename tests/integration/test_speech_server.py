@@ -666,6 +666,16 @@ def _local_final(hints: object, text: str, phrases: tuple[str, ...]) -> str:
     return " ".join(e.transcript for e in events if not hasattr(e, "stability"))
 
 
+def test_whisper_hears_a_fast_sentence_to_its_last_word() -> None:
+    """A long sentence said fast keeps its last words: the bound on Whisper's tokens (CTranslate2
+    generates at most half the max_length it is given) once cut this one after "account"."""
+    from agent.speech.server.whisper import WhisperTranscriber
+
+    pcm, rate = flite.synthesize("Hi, I'm just calling to see how much I have in my checking account today.", "awb")
+    heard = WhisperTranscriber().transcribe(convert.resample(pcm, rate, 16000)).text
+    assert heard.endswith("checking account today"), heard
+
+
 def test_the_hint_decoder_alone_cannot_hear_words_outside_the_hints() -> None:
     """--open-speech hints: "balance" (neither hinted nor among the everyday words a hint model
     also knows) cannot be heard under unrelated hints."""

@@ -29,8 +29,9 @@ SAMPLE_RATE_HZ = 16000
 #: silence appended after the utterance: the decoder sees where the speech ends (docs/speech.md)
 TAIL_PAD_S = 1.0
 #: at most this many tokens per second of audio (plus :data:`BASE_TOKENS`): a bound on repeats
-TOKENS_PER_S = 7
-BASE_TOKENS = 4
+#: (fast speech with its punctuation makes about 6 a second)
+TOKENS_PER_S = 8
+BASE_TOKENS = 6
 REPETITION_PENALTY = 1.2
 #: utterances longer than this are read in their last 30 s (Whisper's own window)
 MAX_AUDIO_S = 29.0
@@ -183,7 +184,9 @@ class WhisperTranscriber:
         with self._lock:
             result = self._model.generate(
                 batch, [self._prompt], beam_size=1, suppress_blank=True, return_scores=True,
-                max_length=int(BASE_TOKENS + TOKENS_PER_S * duration_s),
+                # CTranslate2 4.x generates at most half of max_length for Whisper
+                # (whisper.cc: min(total_max_length / 2, ...)), so the bound is passed doubled.
+                max_length=2 * int(BASE_TOKENS + TOKENS_PER_S * duration_s),
                 repetition_penalty=REPETITION_PENALTY,
             )[0]
             self.transcribed += 1
