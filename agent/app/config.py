@@ -142,13 +142,15 @@ class SpeechSettings:
 class EndpointingSettings:
     #: silence that ends a turn whose words already complete a request of the dialogue
     complete_silence_ms: int = 30
+    #: ... a request matched by meaning only, not by the examples' words
+    meaning_silence_ms: int = 300
     #: silence that ends a turn of finished words that are no request of the dialogue
     #: ("my card was stolen yesterday")
     finished_silence_ms: int = 600
     #: silence that ends any other turn
     incomplete_silence_ms: int = 800
     #: silence that ends a turn ending like an unfinished phrase ("I would like to")
-    continuation_silence_ms: int = 1400
+    continuation_silence_ms: int = 800
     #: silence that ends a complete request said in under 300 ms of speech (one syllable) ("no")
     short_turn_silence_ms: int = 250
 
@@ -563,10 +565,11 @@ def load_config(path: str | None) -> ServerConfig:
 
     endpointing = EndpointingSettings()
     if (r := top.sub("endpointing")) is not None:
-        r.check_keys(("complete_silence_ms", "finished_silence_ms", "incomplete_silence_ms", "continuation_silence_ms",
-                      "short_turn_silence_ms"))
+        r.check_keys(("complete_silence_ms", "meaning_silence_ms", "finished_silence_ms", "incomplete_silence_ms",
+                      "continuation_silence_ms", "short_turn_silence_ms"))
         endpointing = EndpointingSettings(
             complete_silence_ms=r.get("complete_silence_ms", int, endpointing.complete_silence_ms, _positive),
+            meaning_silence_ms=r.get("meaning_silence_ms", int, endpointing.meaning_silence_ms, _positive),
             finished_silence_ms=r.get("finished_silence_ms", int, endpointing.finished_silence_ms, _positive),
             incomplete_silence_ms=r.get("incomplete_silence_ms", int, endpointing.incomplete_silence_ms, _positive),
             continuation_silence_ms=r.get("continuation_silence_ms", int, endpointing.continuation_silence_ms,

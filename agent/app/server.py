@@ -518,6 +518,7 @@ class AgentServer:
             first_prompt_delay_ms=self.config.media.first_prompt_delay_ms,
             endpointer=EndpointerConfig(
                 complete_silence_ms=self.config.endpointing.complete_silence_ms,
+                meaning_silence_ms=self.config.endpointing.meaning_silence_ms,
                 finished_silence_ms=self.config.endpointing.finished_silence_ms,
                 falling_finished_silence_ms=self.config.endpointing.finished_silence_ms,
                 incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,

@@ -68,8 +68,12 @@ CLOSED_ANSWERS = frozenset({
     "no thank you", "that's all", "that is all", "that's it", "nothing", "nothing else", "not really",
     "all set", "i'm all set", "i'm done", "i'm good", "of course", "absolutely", "definitely", "never mind",
     "one more", "one more thing", "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-    "representative", "operator", "agent", "a person", "a human", "someone",
+    "representative", "operator", "agent", "a person", "a human", "someone", "somebody", "anyone", "anybody",
+    "farewell", "good night", "so long", "see you", "take care", "cheers", "not now", "not right now",
+    "not at the moment", "another question", "one more question",
 })
+#: said before an answer without being it ("yep, one more", "uh, no thanks")
+_ANSWER_OPENERS = frozenset("yes yeah yep yup no nope nah okay ok well so um uh".split())
 _DIGIT_WORDS = frozenset("zero oh one two three four five six seven eight nine".split())
 #: words after which a clause has its verb ("my card was stolen"): auxiliaries, and common
 #: verbs in any form ("-ed", "-ing" and "-s" forms are also taken as verbs after a subject)
@@ -78,12 +82,26 @@ need needs want wants like likes would check see know find get gets got put tran
 help speak talk call close closes closed open opens opened start starts stop stops come comes
 go goes going work works pay paid lost stolen change send sent make done finish finished
 have has had do does did is are was were am be been tell give show let connect
+forgot forget lose took take left leave bought buy gave owe cover covers apply waive cancel report
 """.split()) | AUXILIARIES
+#: a word of these after the object came first ends the clause ("something more i need",
+#: "another thing i wanted to ask", "what i called for")
+_FRONTED_OBJECTS = frozenset("something anything everything nothing thing more someone somebody anyone anybody "
+                             "one question".split())
+#: subjects of a clause that follows a fronted object
+_CLAUSE_SUBJECTS = frozenset("i we you they i'd i'm i'll i've we'd we're you'd".split())
+#: an answer that stops after its auxiliary ("indeed i do", "yep there is")
+_ELLIPSIS_AUXILIARIES = frozenset("do did does am is are was were have has can will could would should".split())
+_ELLIPSIS_SUBJECTS = frozenset("i we you they it there that he she".split())
 
 
 def turn_words(text: str) -> list[str]:
     """The lower-case words of *text* (apostrophes kept: "i'd", "that's")."""
     return _WORD.findall(text.lower().replace("’", "'"))
+
+
+#: after these, a word ending in "s" is a verb ("that takes care of it", "it covers")
+_THIRD_PERSON = frozenset("that it this he she which who".split())
 
 
 def _has_verb(ws: list[str]) -> bool:
@@ -92,14 +110,38 @@ def _has_verb(ws: list[str]) -> bool:
             return True
         if i > 0 and (w.endswith("ed") or w.endswith("ing")) and len(w) > 4:
             return True
+        if i > 0 and ws[i - 1] in _THIRD_PERSON and w.endswith("s") and not w.endswith("ss") and len(w) > 3:
+            return True
+    return False
+
+
+def _object_came_first(ws: list[str]) -> bool:
+    """A fronted object, then a clause's subject after it: "something more i need",
+    "the thing i wanted to ask", "what i called for", "someone i could chat with"."""
+    for k in range(len(ws) - 2, -1, -1):
+        if ws[k] in _FRONTED or ws[k] in _FRONTED_OBJECTS:
+            return any(w in _CLAUSE_SUBJECTS for w in ws[k + 1:-1])
     return False
 
 
 def _ends_unfinished(ws: list[str]) -> bool:
     last = ws[-1]
     before = ws[-2] if len(ws) > 1 else ""
+    earlier = ws[-3] if len(ws) > 2 else ""
     if last in FILLERS:
         return True
+    if last in _ELLIPSIS_AUXILIARIES and before in _ELLIPSIS_SUBJECTS and len(ws) > 2 \
+            and earlier not in CONJUNCTIONS | QUESTION_WORDS | {"that"}:
+        return False  # "indeed i do", "yep there is"; not "if you can", "what i can"
+    if last in ("this", "that") and (before in PREPOSITIONS or before in COMMON_VERBS - AUXILIARIES):
+        return False  # "walk me through this", "do that": a pronoun
+    if last == "being" and before not in AUXILIARIES | SUBJECT_PRONOUNS | _AFTER_AUXILIARY:
+        return False  # "a human being"
+    if last == "going" and before in ("i'm", "we're", "am", "are"):
+        return False  # "i'm going": leaving
+    if (last in PREPOSITIONS or last in NEEDS_OBJECT) and (before not in DETERMINERS or before in ("this", "that")) \
+            and _object_came_first(ws):
+        return False  # a stranded preposition or a verb whose object came first
     if last in _AFTER_AUXILIARY and (before in AUXILIARIES or before in CONJUNCTIONS):
         return not (before in ("that's", "is", "was") and last == "it")
     if last == "so" and before in ("think", "guess", "hope", "suppose"):
@@ -110,6 +152,8 @@ def _ends_unfinished(ws: list[str]) -> bool:
         # "that's it", "i think so", a tag like "is it" end a sentence on a function word
         return not (before in ("that's", "is", "was", "do", "did", "have") and last in ("it", "that", "this"))
     if last in NEEDS_OBJECT:
+        if before in DETERMINERS or (before.endswith("'s") and before not in AUXILIARIES):
+            return False  # "write a check", "a cashier's check": a noun
         return not (last == "know" and before in ("don't", "not", "didn't"))  # "i don't know"
     if last in _OBJECT_PRONOUNS and before in _TWO_OBJECT_VERBS:
         return True
@@ -125,7 +169,10 @@ def completeness(text: str) -> Completeness:
     core = [w for w in ws if w not in FILLERS]
     if not ws or not core:
         return Completeness.UNFINISHED if ws else Completeness.UNDECIDED
-    if " ".join(core) in CLOSED_ANSWERS or all(w in _DIGIT_WORDS for w in ws):
+    answer = core
+    while len(answer) > 1 and answer[0] in _ANSWER_OPENERS:
+        answer = answer[1:]  # "yep, one more"
+    if " ".join(core) in CLOSED_ANSWERS or " ".join(answer) in CLOSED_ANSWERS or all(w in _DIGIT_WORDS for w in ws):
         return Completeness.COMPLETE if ws[-1] not in FILLERS else Completeness.UNFINISHED
     if _ends_unfinished(ws):
         return Completeness.UNFINISHED

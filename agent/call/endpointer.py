@@ -2,8 +2,9 @@
 
 The silence that ends a turn depends on what the caller has said so far and how they said it:
 
-* a request of the current ask (an intent match) in words not left unfinished: a short
-  silence (``complete_silence_ms``);
+* a request of the current ask (an intent match by the examples' words) in words not left
+  unfinished: a short silence (``complete_silence_ms``); a request matched by meaning only
+  ("is there a live person I could chat with"): ``meaning_silence_ms``;
 * a finished sentence (:mod:`agent.call.completeness`: a clause ending on a content word, a
   closed answer) that is no request of the ask ("my card was stolen yesterday"):
   ``finished_silence_ms`` (``falling_finished_silence_ms`` when the voice fell at its end,
@@ -62,6 +63,9 @@ def is_acknowledgement(text: str) -> bool:
 class EndpointerConfig:
     #: a request of the current ask (an intent match) in words not left unfinished
     complete_silence_ms: int = 30
+    #: a request of the ask matched by meaning only, not by the examples' words (chosen on the
+    #: evaluation corpus's dev half against premature cut-ins: docs/latency.md)
+    meaning_silence_ms: int = 300
     #: finished words that are no request of the ask ("my card was stolen yesterday"): longer,
     #: because a misrecognised half-sentence reads as finished as often as a real one does
     #: (values chosen on the evaluation corpus: docs/latency.md); after a voice that fell at
@@ -71,7 +75,7 @@ class EndpointerConfig:
     #: words neither finished nor unfinished ("my card"), or nothing recognised
     incomplete_silence_ms: int = 800
     #: unfinished words ("I would like to"): longer than a pause inside a sentence
-    continuation_silence_ms: int = 1400
+    continuation_silence_ms: int = 800
     #: words neither finished nor unfinished, said with a voice that fell at the end
     falling_silence_ms: int = 800
     #: a turn needs this much speech before it can end on its words alone
@@ -99,7 +103,7 @@ class EndOfTurn:
     speech_end_at: float
     #: when the decision was made (``speech_end_at`` + the silence waited)
     decided_at: float
-    reason: str  # "complete", "finished", "short", "falling", "incomplete", "continuation"
+    reason: str  # "complete", "meaning", "finished", "short", "falling", "incomplete", "continuation"
     #: from the turn's first voice to its last (seconds)
     speech_s: float = 0.0
     #: the recogniser's confidence in the words, when they are all its final results (else None)
@@ -136,14 +140,18 @@ class TurnEndpointer:
 
     def __init__(self, is_complete: Callable[[str], bool], config: EndpointerConfig | None = None,
                  last_voiced_at: Callable[[], float] | None = None,
-                 prosody: Callable[[], ProsodyReading | None] | None = None) -> None:
+                 prosody: Callable[[], ProsodyReading | None] | None = None,
+                 is_meant: Callable[[str], bool] | None = None) -> None:
         """*is_complete*: do the words make a request of the current ask (a speed-up only).
+        *is_meant*: do they make one by meaning (asked only while the caller is quiet: it costs
+        a sentence encoding).
         *last_voiced_at*, when given, says when the caller's latest voiced frame ended: silence
         is counted from it, so a voice that comes back after the VAD reported the end (the last
         sound of "balance" after a dip) is not talked over before the VAD reports it again.
         *prosody*, when given, reads how the latest voiced run ended."""
         self.config = config or EndpointerConfig()
         self._is_complete = is_complete
+        self._is_meant = is_meant
         self._last_voiced_at = last_voiced_at
         self._prosody = prosody
         self.reset()
@@ -156,6 +164,7 @@ class TurnEndpointer:
         self._speech_end: float | None = None  # None while the caller is speaking
         self._speaking = False
         self._complete_cache: tuple[str, bool] = ("", False)
+        self._meant_cache: tuple[str, bool] = ("", False)
         self._words_cache: tuple[str, Completeness] = ("", Completeness.UNDECIDED)
 
     @property
@@ -218,7 +227,8 @@ class TurnEndpointer:
         signals = self.signals()
         if signals.words is Completeness.UNFINISHED:
             return c.continuation_silence_ms, "continuation"
-        if signals.request or signals.words is Completeness.COMPLETE:
+        meant = not signals.request and not self._speaking and self._meant(self.text)
+        if signals.request or meant or signals.words is Completeness.COMPLETE:
             speech_ms = self._speech_ms()
             if speech_ms < c.min_speech_ms:
                 return c.incomplete_silence_ms, "incomplete"
@@ -226,6 +236,8 @@ class TurnEndpointer:
                 return c.short_turn_silence_ms, "short"
             if signals.request:
                 return c.complete_silence_ms, "complete"
+            if meant and c.meaning_silence_ms < c.finished_silence_ms:
+                return c.meaning_silence_ms, "meaning"
             if signals.prosody == FALL:
                 return c.falling_finished_silence_ms, "finished"
             return c.finished_silence_ms, "finished"
@@ -281,6 +293,15 @@ class TurnEndpointer:
         if cached_text != text:
             cached = bool(self._is_complete(text))
             self._complete_cache = (text, cached)
+        return cached
+
+    def _meant(self, text: str) -> bool:
+        if self._is_meant is None or not text:
+            return False
+        cached_text, cached = self._meant_cache
+        if cached_text != text:
+            cached = bool(self._is_meant(text))
+            self._meant_cache = (text, cached)
         return cached
 
 

@@ -111,7 +111,8 @@ class CallSession:
         self.turn_taker = TurnTaker(reactor, self.transcripts, self.settings.endpointer, self._is_complete,
                                     lambda: self.media.last_voiced_at, lambda: self.dialogue, self.speaker, metrics,
                                     on_end_of_turn=self._on_end_of_turn, on_no_input=self._no_input,
-                                    prosody=lambda: self.media.prosody.latest if self.media.prosody else None)
+                                    prosody=lambda: self.media.prosody.latest if self.media.prosody else None,
+                                    is_meant=self._is_meant)
         self.hold = CallHold(reactor, self.playout, self.turn_taker, self.log_fields)
         self.barge = BargeController(reactor, self.media, self.playout, self.transcripts, self.settings.barge_in,
                                      _BargeHooks(self), metrics, self.log_fields)
@@ -258,6 +259,10 @@ class CallSession:
         """Do the words so far already make a request the dialogue understands?"""
         match = self.dialogue.peek_intent(text)
         return match is not None and match.score >= self.settings.complete_min_score
+
+    def _is_meant(self, text: str) -> bool:
+        """Do they make one by meaning (not for ending or transferring the call)?"""
+        return self.dialogue.peek_intent(text, by_meaning=True) is not None
 
     def _on_interim(self, text: str) -> None:
         if self.ended:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Callable
 
 from agent.dialplan.actions import Listen
-from agent.dialplan.intents import IntentMatch, IntentMatcher, expand_synonyms
+from agent.dialplan.intents import IntentMatch, IntentMatcher, expand_synonyms, normalize
 from agent.dialplan.model import AskStep, Intent
 from agent.dialplan.semantic import shared_encoder
 from agent.dialplan.slots import DIGIT_WORDS, strip_slot_words
@@ -56,6 +57,22 @@ def match_intent(ask: AskStep, text: str, by_meaning: bool = True) -> IntentMatc
     if match is not None and intent_named(ask, match).slots:
         return match
     return None
+
+
+def peek_match(ask: AskStep, text: str, ends_or_transfers: Callable[[Intent], bool],
+               by_meaning: bool = False) -> IntentMatch | None:
+    """The intent *text* would select at *ask* for the end-of-turn speed-up (see
+    ``DialogueSession.peek_intent``): an intent for which *ends_or_transfers* is true only when
+    the words are exactly one of its examples ("goodbye", not "bye that I'd")."""
+    match = match_intent(ask, text, by_meaning=by_meaning)
+    if match is None:
+        return None
+    intent = intent_named(ask, match)
+    if ends_or_transfers(intent):
+        words = normalize(text)
+        if not any(normalize(example) == words for example in intent.examples):
+            return None
+    return match
 
 
 def said_in_words(ask: AskStep, text: str, intent: str) -> bool:

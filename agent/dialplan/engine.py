@@ -24,7 +24,7 @@ from agent.dialplan.actions import (
     Action, AskModel, CallWebhook, DialogueEvent, Hangup, Listen, Record, Say, Transfer,
     WebhookRequest, WebhookResult,
 )
-from agent.dialplan.asks import DTMF_KEYS, intent_named, listen_for, match_intent, said_in_words
+from agent.dialplan.asks import DTMF_KEYS, intent_named, listen_for, match_intent, peek_match, said_in_words
 from agent.dialplan.escalation import END, OFFER, Question
 from agent.dialplan.intents import IntentMatch, normalize
 from agent.dialplan.model import (
@@ -136,29 +136,21 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         """What happened so far, for the call record."""
         return tuple(self._history)
 
-    def peek_intent(self, text: str) -> IntentMatch | None:
-        """The intent *text* selects at the waiting ask by the examples' words, without acting on it.
+    def peek_intent(self, text: str, by_meaning: bool = False) -> IntentMatch | None:
+        """The intent *text* selects at the waiting ask, without acting on it.
 
         For end-of-turn detection, asked on every interim transcript: a partial transcript that
-        already completes an intent lets the endpointer accept a shorter silence, and only a
-        match by words is sure enough for that, so the transcript is not embedded here. None
-        when no ask is waiting, nothing matches, a yes/no question is open, or the intent would
-        end or transfer the call and the words are not exactly one of its examples.
+        already completes an intent lets the endpointer accept a shorter silence. By default by
+        the examples' words only (sure enough for the shortest silence, and the transcript is not
+        embedded); *by_meaning* (asked once the caller is quiet) also by meaning, which the
+        endpointer trusts with a longer silence. None when no ask is waiting, nothing matches,
+        a yes/no question is open, or the intent would end or transfer the call and the words are
+        not exactly one of its examples (a match by meaning never is).
         """
         ask = self._listening_ask()
         if ask is None or self._question is not None:
             return None
-        match = match_intent(ask, text, by_meaning=False)
-        if match is None:
-            return None
-        intent = intent_named(ask, match)
-        if self._consequence(ask, intent) is not None:
-            # Ending or transferring waits for the whole turn unless the words so far are
-            # exactly one of the intent's examples ("goodbye", not "bye that I'd").
-            words = normalize(text)
-            if not any(normalize(example) == words for example in intent.examples):
-                return None
-        return match
+        return peek_match(ask, text, lambda intent: self._consequence(ask, intent) is not None, by_meaning)
 
     def call_record(self) -> dict[str, Any]:
         """The call's path through the dialplan, for the call record (JSON-ready)."""

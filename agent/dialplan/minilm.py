@@ -27,6 +27,8 @@ MAX_TOKENS = 128
 """Longer transcripts are cut: a caller's turn is far shorter, and cost grows with length."""
 
 BATCH = 32
+#: transcripts whose vectors are kept (see :meth:`MiniLMEncoder.encode_one`)
+RECENT_TRANSCRIPTS = 16
 """Phrases encoded together when an ask's examples are indexed."""
 
 
@@ -132,6 +134,8 @@ class MiniLMEncoder:
             for i in range(self._layers)
         ]
         self._cache: dict[str, np.ndarray] = {}
+        #: the latest transcripts' vectors, oldest first
+        self._recent: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._store = None
         if cache_dir:
@@ -204,9 +208,17 @@ class MiniLMEncoder:
             return np.stack([self._cache[t] for t in texts])
 
     def encode_one(self, text: str) -> np.ndarray:
-        """The vector of one transcript (not cached: transcripts rarely repeat)."""
+        """The vector of one transcript. The last few are kept: a turn's words are matched by
+        the end-of-turn speed-up and again by the reply worked out ahead, but transcripts
+        rarely repeat across turns, so they stay out of the phrase cache."""
         with self._lock:
             cached = self._cache.get(text)
+            if cached is None:
+                cached = self._recent.get(text)
             if cached is not None:
                 return cached
-            return self._vectors([text])[0]
+            vector = self._vectors([text])[0]
+            self._recent[text] = vector
+            while len(self._recent) > RECENT_TRANSCRIPTS:
+                self._recent.pop(next(iter(self._recent)))
+            return vector

@@ -7,12 +7,21 @@ UNFINISHED = [
     "I would like to", "I was wondering if", "I was wondering", "could you", "um", "check my", "my account and",
     "can I", "when can I", "I need", "I think", "I'm going to", "tell me", "what days", "what time does",
     "that was", "I don't", "um, I need to know", "put me through", "hi there", "bye that i'd will", "no um",
+    # the rules for a fronted object, an ellipsis or a pronoun "this" must not finish these
+    "I wonder if you can", "what I can", "I'd like to speak to", "I'd like to speak with",
+    "I want to write a", "I'm being", "I'm going to",
 ]
 COMPLETE = [
     "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
     "goodbye", "that's it", "thank you", "what are your opening hours", "what time is it", "i need help",
     "i don't know", "no i don't think so", "hi there i'd like to know how much money is in my account",
     "four four seven one", "how much cash i've got", "how much i have", "what i need",
+    # a fronted object, a stranded preposition, an answer that stops at its auxiliary
+    "there's something more i need", "there's another thing i wanted to ask", "no need i got what i called for",
+    "is there a live someone i could chat with", "indeed i do", "yep there is",
+    # "this" as a pronoun, nouns that look like verbs, "i'm going", -s verbs, closings
+    "i want someone to walk me through this", "just get me a human being", "before i write a check",
+    "can i get a cashier's check", "i've heard enough i'm going", "that covers it", "farewell", "yep one more",
 ]
 UNDECIDED = ["my card", "my balance", "checking account", ""]
 

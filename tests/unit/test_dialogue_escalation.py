@@ -161,6 +161,21 @@ def test_partial_words_complete_a_goodbye_only_when_exactly_an_example() -> None
     assert session.peek_intent("check my balance") is not None
 
 
+def test_a_match_by_meaning_speeds_up_only_what_does_not_end_the_call() -> None:
+    """peek_intent(by_meaning=True), asked once the caller is quiet: "how much money is left in my
+    account" is balance by meaning (not by the examples' words), and "see you later", which the
+    matcher takes for goodbye by meaning, is no speed-up, since goodbye ends the call."""
+    session = call()
+    session.start()
+    assert session.peek_intent("how much money is left in my account") is None
+    match = session.peek_intent("how much money is left in my account", by_meaning=True)
+    assert match is not None and match.name == "balance"
+    ask = session._listening_ask()
+    assert ask is not None and match_intent(ask, "see you later").name == "goodbye"  # type: ignore[union-attr]
+    assert session.peek_intent("see you later", by_meaning=True) is None
+    assert session.peek_intent("goodbye", by_meaning=True) is not None  # exactly an example
+
+
 # --------------------------------------------------------------------------- escalation
 
 

@@ -38,6 +38,31 @@ def test_complete_request_ends_after_a_short_silence():
     assert not ep.in_turn
 
 
+def test_a_request_by_meaning_ends_after_its_own_silence_and_is_asked_only_in_silence():
+    """Words the ask takes by meaning only ("how much money is left") end the turn after
+    meaning_silence_ms, between the sure request's and the finished sentence's; the meaning is
+    not asked while the caller speaks."""
+    asked: list[str] = []
+
+    def meant(text: str) -> bool:
+        asked.append(text)
+        return text == "how much money is left"
+    ep = TurnEndpointer(lambda text: text in COMPLETE, EndpointerConfig(
+        complete_silence_ms=30, meaning_silence_ms=200, finished_silence_ms=600), is_meant=meant)
+    ep.on_speech_start(ms(0))
+    assert ep.on_transcript("how much money is left", ms(900)) is None
+    assert asked == []  # still speaking
+    assert ep.on_speech_end(ms(1000), ms(1030)) is None
+    assert asked == ["how much money is left"]
+    assert ep.next_deadline() == pytest.approx(ms(1200))
+    d = ep.poll(ms(1200))
+    assert d is not None and d.reason == "meaning"
+    ep.on_speech_start(ms(2000))
+    ep.on_transcript("my card was stolen yesterday", ms(2900))
+    ep.on_speech_end(ms(3000), ms(3030))
+    assert ep.next_deadline() == pytest.approx(ms(3600))  # finished, no request: 600 ms
+
+
 def test_transcript_arriving_after_the_silence_decides_at_once():
     """When the words that complete the request arrive late, the turn ends on their arrival."""
     ep = make()
