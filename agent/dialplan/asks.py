@@ -59,16 +59,25 @@ def match_intent(ask: AskStep, text: str, by_meaning: bool = True) -> IntentMatc
     return None
 
 
+def sure_enough(ask: AskStep, match: IntentMatch, confidence: float | None) -> bool:
+    """Sure enough of *match* to end or transfer the call on it without asking back: its score
+    and the recogniser's confidence (``confirm`` settings)."""
+    confirm = ask.settings.confirm
+    return match.score >= confirm.min_score and (confidence is None or confidence >= confirm.min_confidence)
+
+
 def peek_match(ask: AskStep, text: str, ends_or_transfers: Callable[[Intent], bool],
                by_meaning: bool = False) -> IntentMatch | None:
     """The intent *text* would select at *ask* for the end-of-turn speed-up (see
-    ``DialogueSession.peek_intent``): an intent for which *ends_or_transfers* is true only when
-    the words are exactly one of its examples ("goodbye", not "bye that I'd")."""
+    ``DialogueSession.peek_intent``). An intent for which *ends_or_transfers* is true only when
+    the words are exactly one of its examples ("goodbye", not "bye that I'd"), unless, asked
+    *by_meaning*, the match is one the dialogue will confirm before acting ("Do you want to end
+    the call?"): ending the turn on it then asks, and does nothing that cannot be undone."""
     match = match_intent(ask, text, by_meaning=by_meaning)
     if match is None:
         return None
     intent = intent_named(ask, match)
-    if ends_or_transfers(intent):
+    if ends_or_transfers(intent) and not (by_meaning and not sure_enough(ask, match, None)):
         words = normalize(text)
         if not any(normalize(example) == words for example in intent.examples):
             return None

@@ -24,7 +24,9 @@ from agent.dialplan.actions import (
     Action, AskModel, CallWebhook, DialogueEvent, Hangup, Listen, Record, Say, Transfer,
     WebhookRequest, WebhookResult,
 )
-from agent.dialplan.asks import DTMF_KEYS, intent_named, listen_for, match_intent, peek_match, said_in_words
+from agent.dialplan.asks import (
+    DTMF_KEYS, intent_named, listen_for, match_intent, peek_match, said_in_words, sure_enough,
+)
 from agent.dialplan.escalation import END, OFFER, Question
 from agent.dialplan.intents import IntentMatch, normalize
 from agent.dialplan.model import (
@@ -228,7 +230,7 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         if match is not None:
             intent = intent_named(ask, match)
             kind = self._consequence(ask, intent)
-            if kind is not None and not _sure(ask, match, confidence):
+            if kind is not None and not sure_enough(ask, match, confidence):
                 return self._ask_question(ask, Question(kind, intent.goto, intent, match, text))
             return self._answered(ask, intent, match, text)
         if slot is not None and slot.type == "text" and text.strip():
@@ -580,12 +582,6 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
             self._say_into(actions, template, ask.settings)
         actions.append(listen_for(ask))
         return actions
-
-
-def _sure(ask: AskStep, match: IntentMatch, confidence: float | None) -> bool:
-    """Sure enough of *match* to act on it without asking: its score and the recogniser's confidence."""
-    confirm = ask.settings.confirm
-    return match.score >= confirm.min_score and (confidence is None or confidence >= confirm.min_confidence)
 
 
 def _yes_no_listen(ask: AskStep) -> Listen:
