@@ -140,6 +140,10 @@ def test_cut_repeat_keeps_the_sentence_once() -> None:
     assert cut_repeat(said) == "could you pass me over to colleague".split()
     assert cut_repeat("no no no I'm fine".split()) == "no no no I'm fine".split()
     assert cut_repeat("see you later see you later see you".split()) == "see you later".split()
+    said = "can i get put through to someone in the office and i get put through to someone on the office"
+    assert cut_repeat(said.split()) == "can i get put through to someone in the office".split()
+    digits = "one two three four one two three five".split()
+    assert cut_repeat(digits) == digits
 
 
 def _flite_16k(text: str) -> bytes:

@@ -28,10 +28,11 @@ import numpy as np
 SAMPLE_RATE_HZ = 16000
 #: silence appended after the utterance: the decoder sees where the speech ends (docs/speech.md)
 TAIL_PAD_S = 1.0
-#: at most this many tokens per second of audio (plus :data:`BASE_TOKENS`): a bound on repeats
-#: (fast speech with its punctuation makes about 6 a second)
-TOKENS_PER_S = 8
-BASE_TOKENS = 6
+#: at most this many tokens per second of audio (plus :data:`BASE_TOKENS`): room for fast speech
+#: with its punctuation, little for a made-up continuation after a short phrase (chosen on the
+#: dev half: docs/speech.md)
+TOKENS_PER_S = 5
+BASE_TOKENS = 3
 REPETITION_PENALTY = 1.2
 #: utterances longer than this are read in their last 30 s (Whisper's own window)
 MAX_AUDIO_S = 29.0
@@ -123,12 +124,24 @@ def normalise(text: str) -> str:
 
 
 def cut_repeat(words: list[str]) -> list[str]:
-    """*words* up to the end of the first run of three or more words said twice in a row."""
+    """*words* up to the end of the first run of three or more words said twice in a row, and
+    before any three words said a second time further on ("can i get put through to someone in
+    the office and i get put through ..."): Whisper's made-up continuations repeat; callers'
+    sentences this short rarely do. Runs of digits may repeat ("one two three one two three")."""
     n = len(words)
     for k in range(3, n // 2 + 1):
         for i in range(0, n - 2 * k + 1):
             if words[i : i + k] == words[i + k : i + 2 * k]:
                 return words[: i + k]
+    seen: set[tuple[str, ...]] = set()
+    for i in range(n - 2):
+        run = tuple(words[i : i + 3])
+        if run in seen and not all(w in _DIGIT_WORDS for w in run):
+            kept = words[:i]
+            while kept and kept[-1] in ("and", "or", "but", "so"):
+                kept.pop()  # the made-up continuation's first word
+            return kept
+        seen.add(run)
     return words
 
 
