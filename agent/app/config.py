@@ -143,7 +143,7 @@ class EndpointingSettings:
     #: silence that ends a turn whose words already complete a request of the dialogue
     complete_silence_ms: int = 30
     #: ... a request matched by meaning only, not by the examples' words
-    meaning_silence_ms: int = 300
+    meaning_silence_ms: int = 600
     #: silence that ends a turn of finished words that are no request of the dialogue
     #: ("my card was stolen yesterday")
     finished_silence_ms: int = 600
