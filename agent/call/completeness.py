@@ -86,22 +86,22 @@ forgot forget lose took take left leave bought buy gave owe cover covers apply w
 """.split()) | AUXILIARIES
 #: a word of these after the object came first ends the clause ("something more i need",
 #: "another thing i wanted to ask", "what i called for")
-_FRONTED_OBJECTS = frozenset("something anything everything nothing thing more someone somebody anyone anybody "
-                             "one question".split())
+_FRONTED_OBJECTS = _FRONTED | frozenset("something anything everything nothing thing more someone somebody anyone "
+                                        "anybody one question".split())
 #: subjects of a clause that follows a fronted object
 _CLAUSE_SUBJECTS = frozenset("i we you they i'd i'm i'll i've we'd we're you'd".split())
 #: an answer that stops after its auxiliary ("indeed i do", "yep there is")
 _ELLIPSIS_AUXILIARIES = frozenset("do did does am is are was were have has can will could would should".split())
 _ELLIPSIS_SUBJECTS = frozenset("i we you they it there that he she".split())
+#: after these, a word ending in "s" is a verb ("that takes care of it", "it covers")
+_THIRD_PERSON = frozenset("that it this he she which who".split())
+#: after these, "this" and "that" are pronouns ("walk me through this", "do that")
+_BEFORE_A_PRONOUN = PREPOSITIONS | (COMMON_VERBS - AUXILIARIES)
 
 
 def turn_words(text: str) -> list[str]:
     """The lower-case words of *text* (apostrophes kept: "i'd", "that's")."""
     return _WORD.findall(text.lower().replace("’", "'"))
-
-
-#: after these, a word ending in "s" is a verb ("that takes care of it", "it covers")
-_THIRD_PERSON = frozenset("that it this he she which who".split())
 
 
 def _has_verb(ws: list[str]) -> bool:
@@ -119,7 +119,7 @@ def _object_came_first(ws: list[str]) -> bool:
     """A fronted object, then a clause's subject after it: "something more i need",
     "the thing i wanted to ask", "what i called for", "someone i could chat with"."""
     for k in range(len(ws) - 2, -1, -1):
-        if ws[k] in _FRONTED or ws[k] in _FRONTED_OBJECTS:
+        if ws[k] in _FRONTED_OBJECTS:
             return any(w in _CLAUSE_SUBJECTS for w in ws[k + 1:-1])
     return False
 
@@ -133,7 +133,7 @@ def _ends_unfinished(ws: list[str]) -> bool:
     if last in _ELLIPSIS_AUXILIARIES and before in _ELLIPSIS_SUBJECTS and len(ws) > 2 \
             and earlier not in CONJUNCTIONS | QUESTION_WORDS | {"that"}:
         return False  # "indeed i do", "yep there is"; not "if you can", "what i can"
-    if last in ("this", "that") and (before in PREPOSITIONS or before in COMMON_VERBS - AUXILIARIES):
+    if last in ("this", "that") and before in _BEFORE_A_PRONOUN:
         return False  # "walk me through this", "do that": a pronoun
     if last == "being" and before not in AUXILIARIES | SUBJECT_PRONOUNS | _AFTER_AUXILIARY:
         return False  # "a human being"

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
 from agent.call.completeness import Completeness, completeness
 from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
+
+T = TypeVar("T")
 
 #: what people say to show they are listening ("uh-huh" and "mm-hmm" are matched without hyphens)
 ACKNOWLEDGEMENTS = frozenset({"uh huh", "mhm", "mm hmm", "okay", "ok", "yeah", "yep", "right", "sure", "alright",
@@ -135,6 +137,25 @@ def _elapsed_ms(since: float, now: float) -> float:
     return round((now - since) * 1000.0, 6)
 
 
+class _LatestText(Generic[T]):
+    """*answer* for the latest text only: the words so far are asked about on every poll, and
+    change with each interim (and *answer* may cost a sentence encoding). *empty* for no words."""
+
+    def __init__(self, answer: Callable[[str], T], empty: T) -> None:
+        self._answer = answer
+        self._empty = empty
+        self.clear()
+
+    def clear(self) -> None:
+        self._text = ""
+        self._value = self._empty
+
+    def __call__(self, text: str) -> T:
+        if text and text != self._text:
+            self._text, self._value = text, self._answer(text)
+        return self._value if text else self._empty
+
+
 class TurnEndpointer:
     """One caller turn at a time: speech start/end, transcripts in; :class:`EndOfTurn` out.
 
@@ -152,8 +173,9 @@ class TurnEndpointer:
         sound of "balance" after a dip) is not talked over before the VAD reports it again.
         *prosody*, when given, reads how the latest voiced run ended."""
         self.config = config or EndpointerConfig()
-        self._is_complete = is_complete
-        self._is_meant = is_meant
+        self._words_of = _LatestText(completeness, Completeness.UNDECIDED)
+        self._complete = _LatestText(lambda text: bool(is_complete(text)), False)
+        self._meant = _LatestText(lambda text: bool(is_meant is not None and is_meant(text)), False)
         self._last_voiced_at = last_voiced_at
         self._prosody = prosody
         self.reset()
@@ -165,9 +187,8 @@ class TurnEndpointer:
         self._speech_start: float | None = None
         self._speech_end: float | None = None  # None while the caller is speaking
         self._speaking = False
-        self._complete_cache: tuple[str, bool] = ("", False)
-        self._meant_cache: tuple[str, bool] = ("", False)
-        self._words_cache: tuple[str, Completeness] = ("", Completeness.UNDECIDED)
+        for answer in (self._words_of, self._complete, self._meant):
+            answer.clear()  # the next turn may be at another ask
 
     @property
     def in_turn(self) -> bool:
@@ -229,7 +250,11 @@ class TurnEndpointer:
         signals = self.signals()
         if signals.words is Completeness.UNFINISHED:
             return c.continuation_silence_ms, "continuation"
-        meant = not signals.request and not self._speaking and self._meant(self.text)
+        # Asked only when it can shorten the wait: the caller is quiet, no sure request, and the
+        # words are not already finished or the meaning's silence is the shorter.
+        meant = (not signals.request and not self._speaking
+                 and (signals.words is not Completeness.COMPLETE or c.meaning_silence_ms < c.finished_silence_ms)
+                 and self._meant(self.text))
         if signals.request or meant or signals.words is Completeness.COMPLETE:
             speech_ms = self._speech_ms()
             if speech_ms < c.min_speech_ms:
@@ -284,27 +309,7 @@ class TurnEndpointer:
 
     def words(self, text: str) -> Completeness:
         """How finished *text* is (cached for the latest text)."""
-        cached_text, cached = self._words_cache
-        if cached_text != text or not text:
-            cached = completeness(text)
-            self._words_cache = (text, cached)
-        return cached
-
-    def _complete(self, text: str) -> bool:
-        cached_text, cached = self._complete_cache
-        if cached_text != text:
-            cached = bool(self._is_complete(text))
-            self._complete_cache = (text, cached)
-        return cached
-
-    def _meant(self, text: str) -> bool:
-        if self._is_meant is None or not text:
-            return False
-        cached_text, cached = self._meant_cache
-        if cached_text != text:
-            cached = bool(self._is_meant(text))
-            self._meant_cache = (text, cached)
-        return cached
+        return self._words_of(text)
 
 
 #: what :meth:`TranscriptAssembler.snapshot` returns: finals, interim, consumed words, whether a

@@ -77,7 +77,8 @@ def peek_match(ask: AskStep, text: str, ends_or_transfers: Callable[[Intent], bo
     if match is None:
         return None
     intent = intent_named(ask, match)
-    if ends_or_transfers(intent) and not (by_meaning and not sure_enough(ask, match, None)):
+    will_confirm = by_meaning and not sure_enough(ask, match, None)
+    if ends_or_transfers(intent) and not will_confirm:
         words = normalize(text)
         if not any(normalize(example) == words for example in intent.examples):
             return None

@@ -27,9 +27,10 @@ MAX_TOKENS = 128
 """Longer transcripts are cut: a caller's turn is far shorter, and cost grows with length."""
 
 BATCH = 32
-#: transcripts whose vectors are kept (see :meth:`MiniLMEncoder.encode_one`)
-RECENT_TRANSCRIPTS = 16
 """Phrases encoded together when an ask's examples are indexed."""
+
+RECENT_TRANSCRIPTS = 16
+"""Transcripts whose vectors are kept (see :meth:`MiniLMEncoder.encode_one`)."""
 
 
 def model_dir() -> str | None:

@@ -50,6 +50,22 @@ _TENS = {
     "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
     "eighty": 80, "ninety": 90,
 }
+_UNIT_WORDS = {value: word for word, value in _UNITS.items()}
+_TENS_WORDS = {value: word for word, value in _TENS.items()}
+
+
+def cardinal(n: int) -> str:
+    """0-999,999 in words, as callers say amounts ("one hundred twenty three"): the inverse of
+    :func:`parse_number` for the recogniser's figures (agent.speech.server.whisper)."""
+    if n < 20:
+        return _UNIT_WORDS[n]
+    if n < 100:
+        return _TENS_WORDS[n - n % 10] + ("" if n % 10 == 0 else " " + _UNIT_WORDS[n % 10])
+    if n < 1000:
+        return _UNIT_WORDS[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + cardinal(n % 100))
+    return cardinal(n // 1000) + " thousand" + ("" if n % 1000 == 0 else " " + cardinal(n % 1000))
+
+
 _ORDINALS = {
     "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
     "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13,

@@ -7,8 +7,8 @@ pocketsphinx words are kept if the :class:`~agent.speech.server.biasing.PhraseJu
 read as the hints (the dialplan's own phrases: fast and right); otherwise the caller said
 something else, and the words are Whisper's, made at the last *checkpoint* (the recogniser
 calls :meth:`checkpoint` when the voice has just dropped away, and before the utterance's end
-when voice came after the last one). Between checkpoints the last Whisper words stand. A stream without hints has no judge: every
-checkpoint and end is Whisper's. Figures: docs/speech.md.
+when voice came after the last one). Between checkpoints the last Whisper words stand. A stream
+without hints has no judge: every checkpoint and end is Whisper's. Figures: docs/speech.md.
 
 Whisper gives no word times here, so a Whisper final's words are laid out over the span the
 pocketsphinx decoder heard speech in, in proportion to their letters (the last word ends where

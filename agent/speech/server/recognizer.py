@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import pocketsphinx
 
@@ -166,6 +166,8 @@ class UtteranceRecognizer:
         classifier: VoicingDetector | None = None,
     ) -> None:
         self._decoder = decoder
+        #: a decoder with a second opinion (agent.speech.server.open_speech) makes it here
+        self._checkpoint: Callable[[], None] | None = getattr(decoder, "checkpoint", None)
         self._endpointer = UtteranceEndpointer(params)
         self._classifier = classifier or VoicedFrameClassifier()
         self._interim_results = interim_results
@@ -301,9 +303,8 @@ class UtteranceRecognizer:
         for _ in range(FLUSH_PAD_MS // STEP_MS):
             self._decode(step, padding=True)
         self._pad_debt_ms = FLUSH_PAD_MS
-        checkpoint = getattr(self._decoder, "checkpoint", None)
-        if checkpoint is not None:  # a decoder with a second opinion (agent.speech.server.open_speech)
-            checkpoint()
+        if self._checkpoint is not None:
+            self._checkpoint()
 
     def _decode(self, audio: bytes, padding: bool = False) -> None:
         """Feed the decoder *audio* (whole 10 ms frames): the utterance's next audio, or
@@ -352,9 +353,8 @@ class UtteranceRecognizer:
 
     def _end_utterance(self) -> FinalHypothesis | None:
         self._in_utterance = False
-        checkpoint = getattr(self._decoder, "checkpoint", None)
-        if checkpoint is not None and self._tail.last_voiced_end_ms > self._flushed_voice_end_ms:
-            checkpoint()  # voice since the last flush (or none was made): the second opinion is stale
+        if self._checkpoint is not None and self._tail.last_voiced_end_ms > self._flushed_voice_end_ms:
+            self._checkpoint()  # voice since the last flush (or none was made): the second opinion is stale
         self._decoder.end_utt()
         text = self._current_hypothesis()
         if not text:

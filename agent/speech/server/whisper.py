@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agent.dialplan.slots import DIGIT_WORDS, cardinal
+
 SAMPLE_RATE_HZ = 16000
 #: silence appended after the utterance: the decoder sees where the speech ends (docs/speech.md)
 TAIL_PAD_S = 1.0
@@ -37,7 +39,6 @@ REPETITION_PENALTY = 1.2
 #: utterances longer than this are read in their last 30 s (Whisper's own window)
 MAX_AUDIO_S = 29.0
 
-_DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 _NOT_A_WORD = re.compile(r"[^a-z0-9' ]+")
 
 
@@ -61,27 +62,9 @@ class WhisperUnavailable(RuntimeError):
     pass
 
 
-_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-_TEENS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-          "nineteen")
 _MONEY = re.compile(r"\$(\d+)(?:\.(\d\d))?")
 _CLOCK = re.compile(r"\b(\d{1,2}):(\d\d)\b")
 _GROUPED = re.compile(r"(?<=\d),(?=\d\d\d)")
-
-
-def cardinal(n: int) -> str:
-    """0-999,999 in words ("one hundred twenty three"): Whisper writes amounts and times as
-    figures, the recognisers and the dialplans' examples as words (a few rules: not worth a
-    dependency)."""
-    if n < 10:
-        return _DIGIT_WORDS[n]
-    if n < 20:
-        return _TEENS[n - 10]
-    if n < 100:
-        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _DIGIT_WORDS[n % 10])
-    if n < 1000:
-        return _DIGIT_WORDS[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + cardinal(n % 100))
-    return cardinal(n // 1000) + " thousand" + ("" if n % 1000 == 0 else " " + cardinal(n % 1000))
 
 
 def _money(m: re.Match[str]) -> str:
@@ -115,7 +98,7 @@ def normalise(text: str) -> str:
             if len(word) <= 3 and not in_a_row and not (len(word) > 1 and word[0] == "0"):
                 words.append(cardinal(int(word)))
             else:
-                words.extend(_DIGIT_WORDS[int(d)] for d in word)
+                words.extend(DIGIT_WORDS[int(d)] for d in word)
         else:
             word = word.strip("'")
             if word:
@@ -136,7 +119,7 @@ def cut_repeat(words: list[str]) -> list[str]:
     seen: set[tuple[str, ...]] = set()
     for i in range(n - 2):
         run = tuple(words[i : i + 3])
-        if run in seen and not all(w in _DIGIT_WORDS for w in run):
+        if run in seen and not all(w in DIGIT_WORDS for w in run):
             kept = words[:i]
             while kept and kept[-1] in ("and", "or", "but", "so"):
                 kept.pop()  # the made-up continuation's first word
