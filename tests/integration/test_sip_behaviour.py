@@ -109,6 +109,9 @@ def _answered(agent: AgentProcess) -> float:
 
 
 def _record(agent: AgentProcess, call_id: str) -> dict[str, object]:
+    # The record is written when the agent has finished with the call, which may be a moment
+    # after SIPp has seen the last response.
+    agent.wait_for(lambda: any(r["call_id"] == call_id for r in agent.records()), what=f"the record of {call_id}")
     found = [r for r in agent.records() if r["call_id"] == call_id]
     assert len(found) == 1, f"{len(found)} records of {call_id}"
     return found[0]
