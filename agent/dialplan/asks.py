@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Callable
 
 from agent.dialplan.actions import Listen
-from agent.dialplan.intents import IntentMatch, IntentMatcher, expand_synonyms, normalize
+from agent.dialplan.intents import STOP_WORDS, IntentMatch, IntentMatcher, expand_synonyms, normalize
 from agent.dialplan.model import AskStep, Intent
 from agent.dialplan.semantic import shared_encoder
 from agent.dialplan.slots import DIGIT_WORDS, strip_slot_words
@@ -18,25 +18,51 @@ DTMF_KEYS = frozenset("0123456789*#ABCD")
 
 _SPOKEN_DIGITS = dict(zip("0123456789", DIGIT_WORDS))
 
+KEY_LEAD_WORDS = frozenset("option number press pressing choose select pick take go key digit okay ok thanks thank".split())
+"""Words around a spoken key that add nothing to it ("option one", "I'll press two")."""
+
+
+def _key_phrases(word: str) -> list[str]:
+    return [word, f"option {word}", f"press {word}", f"number {word}"]
+
+
+@lru_cache(maxsize=256)
+def _intent_phrases(ask: AskStep) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each intent's examples and their synonym variants: what the matcher compares."""
+    return tuple(
+        (intent.name, tuple(expand_synonyms(intent.examples, dict(intent.synonyms)))) for intent in ask.intents
+    )
+
 
 @lru_cache(maxsize=256)
 def ask_phrases(ask: AskStep) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """Each intent's phrases: examples, their synonym variants, and spoken DTMF digits."""
-    examples: list[tuple[str, tuple[str, ...]]] = []
-    for intent in ask.intents:
-        phrases = expand_synonyms(intent.examples, dict(intent.synonyms))
-        word = _SPOKEN_DIGITS.get(intent.dtmf or "")
-        if word is not None:
-            phrases += [word, f"option {word}", f"press {word}", f"number {word}"]
-        examples.append((intent.name, tuple(phrases)))
-    return tuple(examples)
+    """Each intent's phrases for the recogniser's hints: examples, their synonym variants, and
+    spoken DTMF keys ("one", "option one")."""
+    keys = {intent.name: _SPOKEN_DIGITS.get(intent.dtmf or "") for intent in ask.intents}
+    return tuple(
+        (name, phrases + tuple(_key_phrases(keys[name])) if keys[name] else phrases)
+        for name, phrases in _intent_phrases(ask)
+    )
 
 
 @lru_cache(maxsize=256)
 def _matcher(ask: AskStep) -> IntentMatcher:
-    """The intent matcher of an ask (words and meaning); DTMF-bound intents also accept the
-    spoken digit. The first one built loads the shared sentence encoder."""
-    return IntentMatcher(dict(ask_phrases(ask)), encoder=shared_encoder())
+    """The intent matcher of an ask (words and meaning). The first one built loads the shared
+    sentence encoder."""
+    return IntentMatcher(dict(_intent_phrases(ask)), encoder=shared_encoder())
+
+
+def spoken_key(ask: AskStep, text: str) -> IntentMatch | None:
+    """The DTMF-bound intent whose key *text* says and nothing else ("one", "option two",
+    "um, I'll press three please"). A key word inside a longer request ("I do have one more")
+    is not a key press, so spoken keys are not examples the matcher could find in any sentence."""
+    words = [w for w in normalize(text) if w not in STOP_WORDS and w not in KEY_LEAD_WORDS]
+    if len(words) != 1:
+        return None
+    for intent in ask.intents:
+        if _SPOKEN_DIGITS.get(intent.dtmf or "") == words[0]:
+            return IntentMatch(intent.name, 1.0, words[0])
+    return None
 
 
 def match_intent(ask: AskStep, text: str, by_meaning: bool = True) -> IntentMatch | None:
@@ -45,6 +71,9 @@ def match_intent(ask: AskStep, text: str, by_meaning: bool = True) -> IntentMatc
     :meth:`IntentMatcher.match`."""
     if not ask.intents:
         return None
+    key = spoken_key(ask, text)
+    if key is not None:
+        return key
     matcher = _matcher(ask)
     match = matcher.match(text, by_meaning)
     kinds = sorted({kind for intent in ask.intents for _, kind in intent.slots})
@@ -88,6 +117,9 @@ def peek_match(ask: AskStep, text: str, ends_or_transfers: Callable[[Intent], bo
 def said_in_words(ask: AskStep, text: str, intent: str) -> bool:
     """Whether *text* carries *intent* in the ask's own words (its examples, synonyms, keys),
     not by a resemblance of meaning alone."""
+    key = spoken_key(ask, text)
+    if key is not None:
+        return key.name == intent
     matcher = _matcher(ask)
     return any(m.name == intent and m.score >= matcher.threshold for m in matcher.scores(text))
 

@@ -65,6 +65,34 @@ CONCEPTS: tuple[Concept, ...] = (
         a person who can sort this out
         your customer service team
         a supervisor
+        can i speak to an actual person
+        i'd like to talk to somebody
+        could you connect me to an agent
+        put me through to a human please
+        i need to speak with someone about my account
+        get me a real human
+        i want a person on the line
+        is there a person i can speak with
+        let me talk to a live representative
+        operator please
+        i want to talk to your staff
+        could i have a word with someone
+        please get someone on the phone
+        someone from customer care
+        i need assistance from a person
+        can i get some help from a human
+        i'd like to speak to an advisor
+        can i speak to a manager
+        one of your agents please
+        i don't want the machine
+        i'm tired of talking to a computer
+        real person please
+        give me someone i can talk to
+        is anybody there who can help
+        speak to a rep
+        i want to speak to a banker
+        could you hand me over to someone
+        i need to talk to a customer service agent
         """),
     _concept("end_call", "goodbye|bye|bye bye|hang up|end the call", """
         goodbye
@@ -93,6 +121,26 @@ CONCEPTS: tuple[Concept, ...] = (
         gotta go
         catch you later
         all done have a good day
+        okay bye
+        alright goodbye
+        thanks for your help goodbye
+        bye for now
+        see you later
+        speak to you soon
+        i'll let you go
+        you can hang up now
+        please hang up
+        stop the call
+        we're done here goodbye
+        thanks so much bye bye
+        have a good one
+        take care
+        adios
+        i'm hanging up
+        i need to go now
+        i have to run
+        ok thank you bye
+        thank you goodbye
         """),
     _concept("account_balance", "balance|account balance|check my balance|what is my balance", """
         how much money is in my account
@@ -116,6 +164,21 @@ CONCEPTS: tuple[Concept, ...] = (
         how much is left
         am i in credit
         what am i at right now
+        what's my balance right now
+        can you tell me how much i have
+        how much do i have in my account
+        what's left in my account
+        how much money have i got
+        i'd like to know my balance
+        what's the balance on my checking
+        how much is available to spend
+        do i have money in my account
+        can i find out how much money i have
+        read me my balance
+        how much do i have available
+        could you give me my balance
+        how much is sitting in my account
+        did my paycheck come in
         """),
     _concept("opening_hours", "opening hours|hours|business hours|when are you open", """
         what are your opening times
@@ -135,6 +198,22 @@ CONCEPTS: tuple[Concept, ...] = (
         when is the office open
         until what time are you there
         can i visit the bank this weekend
+        what are your hours
+        what time are you open until
+        when do you open tomorrow
+        what are your hours on the weekend
+        are you open right now
+        when does the bank close today
+        what time do you open on monday
+        are you open late
+        what are your office hours
+        are you open in the evening
+        do you open on public holidays
+        when does the branch close
+        how long are you open today
+        what hours do you keep
+        is the branch open now
+        when will you be open
         """),
     _concept("decline", "no|no thank you", """
         no
@@ -168,6 +247,20 @@ CONCEPTS: tuple[Concept, ...] = (
         i'm alright thanks
         that's it
         i don't need anything else
+        no that's all thanks
+        no nothing else
+        that's all for today
+        nope that's it
+        i'm fine thank you
+        that's all i wanted
+        all good thanks
+        no i'm all good
+        nothing at the moment
+        not today thanks
+        i think that's everything
+        that's all i need
+        i got what i needed
+        no further questions
         """),
     _concept("affirm", "yes|yes please|yeah", """
         yes
@@ -199,6 +292,17 @@ CONCEPTS: tuple[Concept, ...] = (
         a different question
         there's more
         i still need help
+        yes one more thing
+        can i ask you something else
+        there's something else i need
+        i have another request
+        wait one more thing
+        hold on i have another question
+        yes i need something else
+        i need to ask another question
+        could you help me with another thing
+        i also wanted to ask
+        there is one other thing
         """),
 )
 """The common requests, each adopted by the intents that list one of its anchors."""
@@ -261,6 +365,46 @@ BACKGROUND: tuple[str, ...] = tuple(p.strip() for p in """
     increase my overdraft
     get a new pin
     activate my card
+    what's the interest rate on a savings account
+    open a savings account
+    i need to update my details
+    change my pin
+    my card isn't working
+    my card was declined
+    how do i apply for a mortgage
+    cancel a direct debit
+    stop a payment
+    i need to order a new card
+    my card expired
+    can i increase my daily limit
+    i want to change my account type
+    add a joint account holder
+    set up online banking
+    how do i use the app
+    i'm travelling abroad
+    what's my credit score
+    how many reward points do i have
+    what's the exchange rate
+    i want to make a deposit
+    when will my check clear
+    where is my new card
+    my payment didn't go through
+    i was charged twice
+    i want a refund
+    cancel my subscription
+    i have a question about my bill
+    i want to pay off my loan
+    book an appointment at the branch
+    i have a question about taxes
+    who am i speaking to
+    what can you do
+    i want to give feedback
+    sorry wrong number
+    what's your address
+    what is my account number
+    i forgot my username
+    how do i order foreign currency
+    i need a replacement card
     """.strip().splitlines())
 """Requests that no intent covers unless its own examples say so."""
 

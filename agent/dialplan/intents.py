@@ -27,9 +27,9 @@ The intent's score is that of its best example; the best intent wins if its scor
 matcher's threshold. Ties go to the intent listed first.
 
 Given a sentence encoder, the matcher also compares meanings (:mod:`agent.dialplan.semantic`):
-each intent's best cosine between the transcript and its phrases (own examples and the common
-requests they anchor), the runner-up's, and the best cosine with background requests that no
-intent covers. :meth:`IntentMatcher.match` then decides:
+each intent's closeness to the transcript (the mean cosine of its two nearest phrases: own
+examples and the common requests they anchor), the runner-up's, and the closeness of the
+background requests that no intent covers. :meth:`IntentMatcher.match` then decides:
 
 * a lexical match of at least :data:`LEXICAL_SURE_SCORE` stands; a weaker one (still above the
   threshold) stands unless another intent is clearly nearer in meaning

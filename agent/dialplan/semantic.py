@@ -14,7 +14,8 @@ spend seconds encoding the same phrases again.
 :class:`SemanticIndex` holds the vectors of an ask's phrases: each intent's own examples, the
 phrases of the common requests its examples anchor (:mod:`agent.dialplan.intent_concepts`), and
 background requests that no intent of the ask covers. :meth:`SemanticIndex.compare` encodes a
-transcript once and gives each intent's best cosine and the best background cosine.
+transcript once and gives its closeness to each intent and to the background: the mean cosine of
+the :data:`NEAREST_PHRASES` nearest phrases.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ FILLERS = frozenset("um umm uh uhh er erm ah hmm mm".split())
 
 BACKGROUND_EXCLUSION_COSINE = 0.8
 """A background request this close to one of an ask's own examples is not background there."""
+
+
+NEAREST_PHRASES = 2
+"""How many of a group's phrases nearest to a transcript make its closeness (see :func:`_closeness`)."""
 
 
 class SentenceEncoder(Protocol):
@@ -152,7 +157,8 @@ def without_fillers(text: str) -> str:
 
 @dataclass(frozen=True)
 class SemanticScores:
-    """A transcript's best cosine with each intent's phrases (intent order) and with background."""
+    """A transcript's closeness (:func:`_closeness`) to each intent's phrases (intent order) and to
+    the background requests."""
 
     by_intent: Mapping[str, float]
     background: float
@@ -189,14 +195,19 @@ class SemanticIndex:
         encode_one = getattr(self._encoder, "encode_one", None)
         vector = encode_one(text) if encode_one is not None else self._encoder.encode([text])[0]
         cosines = self._vectors @ vector
-        best = np.full(len(self.intent_names), -1.0)
-        nearest = [""] * len(self.intent_names)
-        for phrase, owner, cosine in zip(self._phrases, self._owners, cosines):
-            if cosine > best[owner]:
-                best[owner], nearest[owner] = cosine, phrase
-        background = float((self._background @ vector).max()) if len(self._background) else -1.0
-        return SemanticScores(
-            {name: round(float(best[i]), 6) for i, name in enumerate(self.intent_names)},
-            background,
-            {name: nearest[i] for i, name in enumerate(self.intent_names)},
-        )
+        by_intent: dict[str, float] = {}
+        nearest: dict[str, str] = {}
+        for i, name in enumerate(self.intent_names):
+            own = np.flatnonzero(self._owners == i)
+            order = own[np.argsort(-cosines[own])]
+            by_intent[name] = round(_closeness(cosines[order]), 6)
+            nearest[name] = self._phrases[order[0]]
+        background = _closeness(np.sort(self._background @ vector)[::-1]) if len(self._background) else -1.0
+        return SemanticScores(by_intent, background, nearest)
+
+
+def _closeness(descending: np.ndarray) -> float:
+    """How near a transcript is to a group of phrases: the mean of its :data:`NEAREST_PHRASES`
+    best cosines (*descending*), so one phrase that happens to share a word counts less than
+    two that agree."""
+    return float(descending[:NEAREST_PHRASES].mean())

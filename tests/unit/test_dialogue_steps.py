@@ -232,6 +232,36 @@ def test_synonyms_widen_an_intents_examples() -> None:
     assert said(call.on_transcript("check my funds")) == ["ok"]
 
 
+@pytest.mark.parametrize(("heard", "reply"), [
+    ("one", "balance"),
+    ("um, option two please", "hours"),
+    ("I'll press one", "balance"),
+    ("I do have one more", "Sorry?"),
+    ("my two kids called you earlier", "Sorry?"),
+])
+def test_a_spoken_key_is_a_key_only_when_said_alone(heard: str, reply: str) -> None:
+    """A DTMF-bound intent takes its key said aloud ("option two"), but a key word inside a
+    longer sentence ("I do have one more") is not a key press."""
+    call = session("""\
+        version: 1
+        routes: [{flow: main}]
+        flows:
+          main:
+            steps:
+              - ask:
+                  prompt: "?"
+                  no_match: {reprompts: ["Sorry?"]}
+                  intents:
+                    balance: {examples: ["check my balance"], dtmf: "1", goto: b}
+                    hours: {examples: ["opening hours"], dtmf: "2", goto: h}
+              - {id: b, say: "balance"}
+              - hangup: {}
+              - {id: h, say: "hours"}
+        """)
+    call.start()
+    assert said(call.on_transcript(heard)) == [reply]
+
+
 def test_retries_repeat_the_last_reprompt_then_take_then() -> None:
     """retries: 3 with one reprompt says it three times, then goes to 'then'."""
     call = session("""\

@@ -204,3 +204,31 @@ def test_a_sure_match_by_words_and_a_words_only_match_embed_nothing(encoder: Wor
     loose = matcher.match("i was wondering how much money is left in my account")
     assert loose is not None and loose.name == "balance"
     assert len(counting.encoded) == built + 1
+
+
+class _Axes:
+    """An encoder whose sentences are unit vectors on named axes: exact cosines for the test."""
+
+    def __init__(self, axes: dict[str, list[float]]) -> None:
+        self._axes = {text: np.array(v, dtype=np.float32) / np.linalg.norm(v) for text, v in axes.items()}
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self._axes.get(t, np.array([0.0, 0.0, 0.0, 1.0], dtype=np.float32)) for t in texts])
+
+
+def test_closeness_is_the_mean_of_the_nearest_phrases() -> None:
+    """An intent is as near as its two nearest phrases on average: one phrase that happens to be
+    close (a shared word) counts less than two that agree; the nearest phrase is still named."""
+    encoder = _Axes({
+        "transfer me to a person": [1, 0, 0, 0],
+        "speak to someone": [0.6, 0.8, 0, 0],
+        "how much money": [0, 0, 1, 0],
+        "money left": [0, 0.6, 0.8, 0],
+    })
+    index = SemanticIndex({"agent": ["transfer me to a person", "speak to someone"],
+                           "balance": ["how much money", "money left"]}, encoder)
+    encoder._axes["transfer my money"] = np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
+    scores = index.compare("transfer my money")
+    assert scores.by_intent["agent"] == pytest.approx((1.0 + 0.6) / 2)
+    assert scores.by_intent["balance"] == pytest.approx(0.0)
+    assert scores.nearest["agent"] == "transfer me to a person"
