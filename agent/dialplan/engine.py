@@ -38,7 +38,7 @@ from agent.dialplan.runner import (
     ENDED, IDLE, LISTENING, MAX_STEPS_PER_EVENT, MAX_SUBFLOW_DEPTH, MODEL, RECORDING,
     TRANSFERRING, WEBHOOK, FlowRunner, dtmf_flag,
 )
-from agent.dialplan.slots import parse_slot, parse_yes_no, slot_phrases
+from agent.dialplan.slots import is_bare_yes, parse_slot, parse_yes_no, slot_phrases
 from agent.dialplan.variables import call_variables
 
 __all__ = [
@@ -541,6 +541,10 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         question = self._question
         assert question is not None
         heard_clearly = confidence is None or confidence >= ask.settings.confirm.min_confidence
+        if reply == "yes" and text is not None and not heard_clearly and not is_bare_yes(text):
+            # A yes word in a sentence heard unclearly ("i want yes i can have a better thing")
+            # is not a yes to ending or transferring the call: the question is asked again.
+            reply = None
         if question.kind == OFFER and text is not None:
             # "I need a person, not a machine" accepts the offer, whatever its "not" says; only
             # in the dialplan's words and heard clearly: a misheard answer must not put the caller through.

@@ -188,6 +188,16 @@ def parse_yes_no(text: str) -> str | None:
     return None
 
 
+_BARE_ANSWER_WORDS = frozenset("please thanks thank you um uh oh well".split())
+
+
+def is_bare_yes(text: str) -> bool:
+    """Is *text* a yes and nothing else ("yes", "yeah sure", "okay please"), not a yes word
+    inside a longer sentence ("I want- yes, I had another thing")?"""
+    tokens = _tokens(text)
+    return any(t in _YES for t in tokens) and all(t in _YES or t in _BARE_ANSWER_WORDS for t in tokens)
+
+
 def _ordinal_or_number(tokens: Sequence[str], i: int) -> tuple[int, int] | None:
     """A day number at tokens[i] ("5", "5th", "fifth", "twenty first"): (value, tokens used)."""
     token = tokens[i]

@@ -230,6 +230,33 @@ def test_two_answers_not_understood_offer_a_person_and_yes_transfers() -> None:
     assert isinstance(session.on_transcript("yes please")[-1], Transfer)
 
 
+def test_a_yes_word_in_an_unclear_sentence_does_not_accept_the_offer() -> None:
+    """A yes inside a longer sentence heard with low confidence ("i want yes i can have a
+    better thing", the recogniser's words for "I want- yes, I had another thing") asks again;
+    a bare yes, even heard unclearly, and a yes heard clearly still put the caller through."""
+    for reply, confidence, transfers in [
+        ("i want yes i can have a better thing", 0.35, False),
+        ("yeah sure", 0.35, True),
+        ("yes i would like that", 0.9, True),
+    ]:
+        session = call()
+        session.on_transcript("purple", confidence=0.9)
+        session.on_transcript("elephants", confidence=0.9)
+        actions = session.on_transcript(reply, confidence=confidence)
+        assert isinstance(actions[-1], Transfer) == transfers, (reply, actions)
+        if not transfers:
+            assert says(actions) == ["I'm having trouble understanding. Would you like to speak to a person?"]
+            assert isinstance(session.on_transcript("yes", confidence=0.9)[-1], Transfer)
+
+
+def test_an_unclear_yes_in_a_sentence_does_not_end_the_call() -> None:
+    """The same for the question before ending the call."""
+    session = call()
+    session.on_transcript("goodbye", confidence=0.3)
+    again = session.on_transcript("end yes the tell me what's left", confidence=0.4)
+    assert says(again) == ["Do you want to end the call?"] and not session.ended
+
+
 def test_declining_the_person_continues_the_reprompts_then_the_policy() -> None:
     """No to the offer brings the next reprompt; the next failure takes 'then'."""
     session = call()
