@@ -541,9 +541,12 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         question = self._question
         assert question is not None
         heard_clearly = confidence is None or confidence >= ask.settings.confirm.min_confidence
-        if reply == "yes" and text is not None and not heard_clearly and not is_bare_yes(text):
+        if reply == "yes" and text is not None and not heard_clearly and (
+                not is_bare_yes(text) or (question.kind == END and not question.repeated)):
             # A yes word in a sentence heard unclearly ("i want yes i can have a better thing")
-            # is not a yes to ending or transferring the call: the question is asked again.
+            # is not a yes to ending or transferring the call, and a bare yes heard unclearly
+            # ends the call only when said again (a backchannel can be heard as "ok"): the
+            # question is asked again.
             reply = None
         if question.kind == OFFER and text is not None:
             # "I need a person, not a machine" accepts the offer, whatever its "not" says; only

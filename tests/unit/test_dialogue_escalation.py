@@ -257,6 +257,19 @@ def test_an_unclear_yes_in_a_sentence_does_not_end_the_call() -> None:
     assert says(again) == ["Do you want to end the call?"] and not session.ended
 
 
+def test_an_unclear_bare_yes_ends_the_call_only_when_said_again() -> None:
+    """A backchannel can be heard as "ok": a bare yes heard unclearly asks once more before the
+    call ends; a second yes ends it, and a clear yes ends it at once."""
+    session = call()
+    session.on_transcript("goodbye", confidence=0.3)
+    again = session.on_transcript("ok", confidence=0.4)
+    assert says(again) == ["Do you want to end the call?"] and not session.ended
+    assert session.on_transcript("yes", confidence=0.5)[-1] == Hangup("caller_done")
+    clear = call()
+    clear.on_transcript("goodbye", confidence=0.3)
+    assert clear.on_transcript("okay", confidence=0.9)[-1] == Hangup("caller_done")
+
+
 def test_declining_the_person_continues_the_reprompts_then_the_policy() -> None:
     """No to the offer brings the next reprompt; the next failure takes 'then'."""
     session = call()
