@@ -188,7 +188,9 @@ def parse_yes_no(text: str) -> str | None:
     return None
 
 
-_BARE_ANSWER_WORDS = frozenset("please thanks thank you um uh oh well".split())
+_BARE_ANSWER_WORDS = frozenset("please thanks thank you um uh oh well all i do would that thats is it go ahead "
+                               "of course sir maam".split())
+"""Words a plain yes comes with ("all right", "yes I do", "yes please, go ahead")."""
 
 
 def is_bare_yes(text: str) -> bool:

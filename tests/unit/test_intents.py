@@ -236,6 +236,7 @@ from datetime import date  # noqa: E402
 
 from agent.dialplan.intents import expand_synonyms  # noqa: E402
 from agent.dialplan.slots import (  # noqa: E402
+    is_bare_yes,
     parse_date,
     parse_digits,
     parse_number,
@@ -282,6 +283,16 @@ def test_parse_number_reads_number_words(text: str, number: int | None) -> None:
 def test_parse_yes_no_lets_negation_win(text: str, answer: str | None) -> None:
     """Yes words mean yes unless a negation is present."""
     assert parse_yes_no(text) == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "bare"),
+    [("yes", True), ("yeah sure", True), ("all right", True), ("yes I do", True), ("okay, go ahead please", True),
+     ("I want- yes, I had another thing", False), ("yes but not now", False), ("maybe", False), ("please", False)],
+)
+def test_a_bare_yes_is_a_yes_and_nothing_else(text: str, bare: bool) -> None:
+    """A yes with only the words a plain yes comes with, not a yes word inside another sentence."""
+    assert is_bare_yes(text) is bare
 
 
 @pytest.mark.parametrize(
