@@ -22,8 +22,9 @@ KEY_LEAD_WORDS = frozenset("option number press pressing choose select pick take
 """Words around a spoken key that add nothing to it ("option one", "I'll press two")."""
 
 
-def _key_phrases(word: str) -> list[str]:
-    return [word, f"option {word}", f"press {word}", f"number {word}"]
+def _key_word(intent: Intent) -> str | None:
+    """The word for the intent's key when it is a digit ("one" for 1)."""
+    return _SPOKEN_DIGITS.get(intent.dtmf or "")
 
 
 @lru_cache(maxsize=256)
@@ -38,11 +39,12 @@ def _intent_phrases(ask: AskStep) -> tuple[tuple[str, tuple[str, ...]], ...]:
 def ask_phrases(ask: AskStep) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """Each intent's phrases for the recogniser's hints: examples, their synonym variants, and
     spoken DTMF keys ("one", "option one")."""
-    keys = {intent.name: _SPOKEN_DIGITS.get(intent.dtmf or "") for intent in ask.intents}
-    return tuple(
-        (name, phrases + tuple(_key_phrases(keys[name])) if keys[name] else phrases)
-        for name, phrases in _intent_phrases(ask)
-    )
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for intent, (name, phrases) in zip(ask.intents, _intent_phrases(ask)):
+        word = _key_word(intent)
+        keys = (word, f"option {word}", f"press {word}", f"number {word}") if word else ()
+        out.append((name, phrases + keys))
+    return tuple(out)
 
 
 @lru_cache(maxsize=256)
@@ -59,10 +61,7 @@ def spoken_key(ask: AskStep, text: str) -> IntentMatch | None:
     words = [w for w in normalize(text) if w not in STOP_WORDS and w not in KEY_LEAD_WORDS]
     if len(words) != 1:
         return None
-    for intent in ask.intents:
-        if _SPOKEN_DIGITS.get(intent.dtmf or "") == words[0]:
-            return IntentMatch(intent.name, 1.0, words[0])
-    return None
+    return next((IntentMatch(i.name, 1.0, words[0]) for i in ask.intents if _key_word(i) == words[0]), None)
 
 
 def match_intent(ask: AskStep, text: str, by_meaning: bool = True) -> IntentMatch | None:

@@ -180,7 +180,9 @@ class SemanticIndex:
                 phrases.append(without_fillers(phrase))
                 owners.append(i)
         self._phrases = tuple(phrases)
-        self._owners = np.array(owners, dtype=np.int64)
+        owner = np.array(owners, dtype=np.int64)
+        #: each intent's phrase indices (none for an intent with a key and no examples)
+        self._groups = tuple(np.flatnonzero(owner == i) for i in range(len(self.intent_names)))
         self._vectors = encoder.encode(phrases) if phrases else np.zeros((0, 1), np.float32)
         own_examples = [e.lower() for examples in intents.values() for e in examples]
         background = encoder.encode(list(BACKGROUND))
@@ -197,9 +199,11 @@ class SemanticIndex:
         cosines = self._vectors @ vector
         by_intent: dict[str, float] = {}
         nearest: dict[str, str] = {}
-        for i, name in enumerate(self.intent_names):
-            own = np.flatnonzero(self._owners == i)
-            order = own[np.argsort(-cosines[own])]
+        for name, group in zip(self.intent_names, self._groups):
+            if not len(group):
+                by_intent[name], nearest[name] = -1.0, ""
+                continue
+            order = group[np.argsort(-cosines[group])]
             by_intent[name] = round(_closeness(cosines[order]), 6)
             nearest[name] = self._phrases[order[0]]
         background = _closeness(np.sort(self._background @ vector)[::-1]) if len(self._background) else -1.0

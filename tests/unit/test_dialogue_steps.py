@@ -223,6 +223,18 @@ def test_intent_slots_fill_and_skip_if_set_skips_the_asks() -> None:
     assert [e.kind for e in call.history].count("skipped") == 2
 
 
+def test_an_intent_with_a_key_and_no_examples_takes_its_spoken_key_only() -> None:
+    """An intent bound to a key alone is chosen by the key said aloud; sentences are matched
+    against the other intents' examples, by words and meaning, without it."""
+    body = ('prompt: "?"\nno_match: {reprompts: ["Sorry?"]}\nintents:\n'
+            '  balance: {examples: ["check my balance"], dtmf: "1"}\n  hours: {dtmf: "2"}\n')
+    for heard, reply in [("two", "hours"), ("when are you open on saturday", "Sorry?"),
+                         ("how much money have I got", "balance")]:
+        call = session(one_ask(body, after="{{ intent }}"))
+        call.start()
+        assert said(call.on_transcript(heard)) == [reply], heard
+
+
 def test_synonyms_widen_an_intents_examples() -> None:
     """A synonym of a word in the examples matches like the word itself."""
     call = session(one_ask(
@@ -242,22 +254,10 @@ def test_synonyms_widen_an_intents_examples() -> None:
 def test_a_spoken_key_is_a_key_only_when_said_alone(heard: str, reply: str) -> None:
     """A DTMF-bound intent takes its key said aloud ("option two"), but a key word inside a
     longer sentence ("I do have one more") is not a key press."""
-    call = session("""\
-        version: 1
-        routes: [{flow: main}]
-        flows:
-          main:
-            steps:
-              - ask:
-                  prompt: "?"
-                  no_match: {reprompts: ["Sorry?"]}
-                  intents:
-                    balance: {examples: ["check my balance"], dtmf: "1", goto: b}
-                    hours: {examples: ["opening hours"], dtmf: "2", goto: h}
-              - {id: b, say: "balance"}
-              - hangup: {}
-              - {id: h, say: "hours"}
-        """)
+    call = session(one_ask(
+        'prompt: "?"\nno_match: {reprompts: ["Sorry?"]}\nintents:\n'
+        '  balance: {examples: ["check my balance"], dtmf: "1"}\n'
+        '  hours: {examples: ["opening hours"], dtmf: "2"}\n', after="{{ intent }}"))
     call.start()
     assert said(call.on_transcript(heard)) == [reply]
 
