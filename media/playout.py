@@ -8,6 +8,9 @@ anything else. What was actually played is counted per segment, so the agent
 knows how much of a prompt the caller heard, and a flush (barge-in) reports it.
 A pause (a caller's voice over the prompt) fades the audio out over one frame and a resume
 fades it back in, skipping the silence the pause stood in for (:meth:`PlayoutBuffer.resume`).
+A duck lowers the prompt's gain over a short ramp and lets it play on underneath (a voice still
+being judged once the pause would leave a hole); an unduck ramps it back up. The gain moves
+sample by sample, so neither leaves a gap nor a jump in the audio (:meth:`PlayoutBuffer.duck`).
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from media.convert import rms_dbfs
 from media.frames import BYTES_PER_SAMPLE
 from media.trim import fade
@@ -27,6 +32,13 @@ from media.trim import fade
 QUIET_DBFS = -50.0
 #: a resumed prompt shortens its next silence only if it comes within this much audio
 SKIP_LOOKAHEAD_S = 0.2
+#: a ducked prompt's gain: 24 dB down puts a prompt's loudest 20 ms (-19 to -23 dBFS) under
+#: -40 dBFS, well under a caller's voice (-10 to -20 dBFS): the agent has given way, yet the prompt
+#: is still there, faint, and keeps its time (docs/latency.md)
+DUCK_DB = -24.0
+#: how fast a duck lowers the prompt and how gently an unduck brings it back
+DUCK_RAMP_MS = 5.0
+UNDUCK_RAMP_MS = 40.0
 
 
 class PlayoutEventType(enum.Enum):
@@ -86,6 +98,11 @@ class PlayoutBuffer:
         #: cut mid-word at full level clicks
         self._fade_out = False
         self._fade_in = False
+        self._rate_hz = sample_rate_hz
+        #: the prompt's gain now (linear), where it is ramping to, and by how much per sample
+        self._gain = 1.0
+        self._gain_target = 1.0
+        self._gain_step = 0.0
 
     # -- reactor side ---------------------------------------------------
     def open_segment(self) -> int:
@@ -161,6 +178,40 @@ class PlayoutBuffer:
     def paused(self) -> bool:
         return self._paused
 
+    def duck(self, depth_db: float = DUCK_DB, ramp_ms: float = DUCK_RAMP_MS) -> bool:
+        """Lower the prompt by *depth_db* over *ramp_ms* (unless it is already lowered) and let it
+        play on underneath, resumed if paused. Thread-safe; returns False when nothing is playing."""
+        with self._lock:
+            if not self._segments:
+                return False
+            if self._gain_target >= 1.0:
+                self._ramp_to(10.0 ** (depth_db / 20.0), ramp_ms)
+        self.resume()
+        return True
+
+    def unduck(self, ramp_ms: float = UNDUCK_RAMP_MS) -> None:
+        """Bring a ducked prompt back to its own level over *ramp_ms* (and resume it if paused)."""
+        self.resume()
+        with self._lock:
+            if self._gain_target < 1.0:
+                self._ramp_to(1.0, ramp_ms)
+
+    @property
+    def ducked(self) -> bool:
+        """Is the prompt lowered, or being lowered (not yet ramping back up)?"""
+        return self._gain_target < 1.0
+
+    @property
+    def gain(self) -> float:
+        """The prompt's gain on the next sample (linear, 1.0 = its own level)."""
+        return self._gain
+
+    def _ramp_to(self, target: float, ramp_ms: float) -> None:
+        # Caller holds the lock.
+        samples = max(1, round(ramp_ms * self._rate_hz / 1000.0))
+        self._gain_target = target
+        self._gain_step = (target - self._gain) / samples
+
     def hold(self) -> None:
         """The call is on hold: send silence and keep every queued segment as it is (audio
         queued meanwhile waits too) until :meth:`release`. Independent of pause/resume."""
@@ -186,6 +237,8 @@ class PlayoutBuffer:
             self._paused = False
             self._skip_credit = 0
             self._fade_out = self._fade_in = False
+            self._gain = self._gain_target = 1.0
+            self._gain_step = 0.0
             dropped = list(self._segments)
             self._segments.clear()
             self._by_id.clear()
@@ -231,6 +284,13 @@ class PlayoutBuffer:
                     self._skip_quiet(seg, nbytes)
                 out += self._take(seg, nbytes - len(out))
                 if not seg.chunks:
+                    if seg.complete and self._gain_target < 1.0:
+                        # A ducked prompt does not end under the caller's voice: it waits at its
+                        # end, where a silence is no hole, until the voice is judged (an
+                        # interruption then stops it whole, an acknowledgement lets it end).
+                        self._paused = True
+                        self._paused_at = self._monotonic()
+                        break
                     if seg.complete:
                         events.append(self._finish(seg))
                         continue
@@ -241,11 +301,30 @@ class PlayoutBuffer:
                 self.voiced_frames += 1
                 if fade_up is not None:
                     out = bytearray(fade(bytes(out), up=fade_up))
+                if self._gain != 1.0 or self._gain_target != 1.0:
+                    out = bytearray(self._apply_gain(bytes(out)))
         for e in events:
             self._on_event(e)
         if len(out) < nbytes:
             out += bytes(nbytes - len(out))
         return bytes(out)
+
+    def _apply_gain(self, pcm: bytes) -> bytes:
+        """*pcm* scaled by the gain, which moves towards its target by one step a sample.
+        Caller holds the lock."""
+        samples = np.frombuffer(pcm[: len(pcm) // BYTES_PER_SAMPLE * BYTES_PER_SAMPLE], dtype="<i2")
+        gains = np.full(len(samples), self._gain_target)
+        if self._gain != self._gain_target and self._gain_step:
+            ramp_left = max(0, round((self._gain_target - self._gain) / self._gain_step))
+            k = min(len(samples), ramp_left)
+            gains[:k] = self._gain + self._gain_step * np.arange(1, k + 1)
+            self._gain = float(gains[k - 1]) if k else self._gain
+            if k == ramp_left:
+                self._gain = self._gain_target
+        else:
+            self._gain = self._gain_target
+        scaled = np.clip(np.rint(samples * gains), -32768, 32767).astype("<i2")
+        return scaled.tobytes() + pcm[len(samples) * BYTES_PER_SAMPLE:]
 
     def _skip_quiet(self, seg: _Segment, nbytes: int) -> None:
         """After a resume: drop the quiet frames ahead, within the credit (see :meth:`resume`).

@@ -5,11 +5,14 @@ starts a :class:`~agent.call.bargein.BargeIn` for it, feeds it the recogniser's
 words, asks it for its verdict when it says to (a timer on the reactor) and
 carries the verdict out: resume or play on over the prompt, pause it again, or
 hand the interruption to the session. It also counts cut-ins (the caller going
-on talking after the agent took the turn) and false interruptions.
+on talking after the agent took the turn) and false interruptions, and keeps when and for how
+long each voice held the prompt paused (:class:`PromptPause`, in the call record).
 """
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
@@ -22,6 +25,34 @@ from agent.call.ports import Reactor, cancel
 from media.playout import PlayoutBuffer
 
 log = Logger(namespace="openclaw.session")
+
+
+#: at most this many prompt pauses are kept for the call record (the count goes on)
+MAX_PAUSES_KEPT = 100
+
+
+@dataclass(frozen=True)
+class PromptPause:
+    """A stretch in which a caller's voice held the prompt paused: the prompt's hole."""
+
+    began_at: float    # reactor seconds: when the playout paused
+    ended_at: float    # ... when it played again, or when the prompt was stopped
+    #: "resumed" (the voice was over and did not interrupt), "played_on" (an acknowledgement
+    #: still being said: the prompt played on over it), "interrupted" (the caller took the turn),
+    #: "stopped" (the prompt ended otherwise: a key, the call's end)
+    outcome: str
+    heard: str = ""
+
+    @property
+    def ms(self) -> float:
+        return max(0.0, self.ended_at - self.began_at) * 1000.0
+
+    def as_record(self) -> dict[str, Any]:
+        ms_part = f"{self.began_at % 1.0:.3f}"[1:]
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.began_at)) + ms_part + \
+            time.strftime("%z", time.localtime(self.began_at))
+        return {"at": stamp, "at_s": round(self.began_at, 3), "ms": round(self.ms), "outcome": self.outcome,
+                "heard": self.heard}
 
 
 class BargeHooks(Protocol):
@@ -66,6 +97,9 @@ class BargeController:
         self._cut_in_noted = False
         #: a voice starting before this is the caller finishing the turn the agent has just taken
         self._tail_until = 0.0
+        #: the prompt's pauses for callers' voices (the first MAX_PAUSES_KEPT), and the open one's start
+        self.pauses: list[PromptPause] = []
+        self._paused_since: float | None = None
 
     # -- inputs from the session ---------------------------------------------------
     def arm(self, armed: bool) -> None:
@@ -105,6 +139,7 @@ class BargeController:
         if not self._hooks.prompt_playing():
             self._playout.resume()
             return
+        self._pause_began(self._media.paused_at)
         if self.current is not None:
             # The same voice, on again after a gap or after the prompt played over it.
             self.current.on_voice_again()
@@ -131,6 +166,7 @@ class BargeController:
 
     def drop(self) -> None:
         """Forget the barge-in in progress (the prompt it was about has stopped)."""
+        self._pause_ended("stopped")
         if self.current is not None:
             self.current = None
             self._cancel_check()
@@ -138,6 +174,18 @@ class BargeController:
     def close(self) -> None:
         self._media.barge_armed = False
         self._cancel_check()
+        self._pause_ended("stopped")
+
+    def _pause_began(self, at: float) -> None:
+        if self._paused_since is None:
+            self._paused_since = at
+
+    def _pause_ended(self, outcome: str) -> None:
+        began, self._paused_since = self._paused_since, None
+        if began is None or len(self.pauses) >= MAX_PAUSES_KEPT:
+            return
+        heard = self.current.text if self.current is not None else ""
+        self.pauses.append(PromptPause(began, max(began, self._reactor.seconds()), outcome, heard))
 
     # -- deciding ------------------------------------------------------------------
     def _rejoin(self, started_at: float, paused: bool) -> bool:
@@ -206,17 +254,32 @@ class BargeController:
             return
         if decision.verdict is Verdict.PAUSE:
             self._playout.pause()
+            self._pause_began(now)
             log.info("call {call_id} caller's voice ({text!r}) goes on: prompt paused again",
                      text=barge.text, **self._log_fields)
-        if decision.verdict is Verdict.TALK_OVER and self._playout.paused:
-            self._playout.resume()
+        if decision.verdict is Verdict.TALK_OVER and (self._playout.paused or self._playout.ducked):
+            self._pause_ended("played_on")
+            self._playout.unduck()
             log.info("call {call_id} caller's {text!r} is an acknowledgement: prompt plays on",
                      text=barge.text, **self._log_fields)
-        if decision.check_in_s is not None:
-            self._schedule_check(decision.check_in_s)
+        check_in_s = decision.check_in_s
+        if decision.verdict is Verdict.WAIT and self._paused_since is not None and self._playout.paused:
+            # Still undecided: a pause much longer would be a hole in the prompt; it plays on
+            # underneath the voice, ducked, until the verdict.
+            duck_in_s = self._paused_since + self._config.duck_after_ms / 1000.0 - now
+            if duck_in_s <= 0.0005:
+                self._pause_ended("ducked")
+                self._playout.duck()
+                log.info("call {call_id} caller's voice ({text!r}) still being judged: prompt plays on, ducked",
+                         text=barge.text, **self._log_fields)
+            elif check_in_s is None or duck_in_s < check_in_s:
+                check_in_s = duck_in_s
+        if check_in_s is not None:
+            self._schedule_check(check_in_s)
 
     def _resume(self, barge: BargeIn, now: float) -> None:
         media = self._media
+        self._pause_ended("resumed")
         self.current = None
         self._resumed = (barge, self._transcripts.snapshot())
         media.rearm_onset()
@@ -225,7 +288,7 @@ class BargeController:
         if barge.resumed_on_onset:
             # The rest of the acknowledgement, back within rejoin_ms, does not pause the prompt.
             media.play_on_until = max(media.play_on_until, now + barge.config.rejoin_ms / 1000.0)
-        self._playout.resume()
+        self._playout.unduck()
         if barge.tail:
             # Never paused for: the end of the caller's own turn, counted as a cut-in.
             log.info("call {call_id} caller's {ms:.0f} ms ({text!r}) after the turn was taken did not "
@@ -239,6 +302,7 @@ class BargeController:
                  **self._log_fields)
 
     def _commit(self, why: str) -> None:
+        self._pause_ended("interrupted")
         barge, self.current = self.current, None
         self._cancel_check()
         if barge is None:
@@ -247,3 +311,6 @@ class BargeController:
             self._metrics.barge_in_outcomes.labels("interrupted").inc()
         log.info("call {call_id} barge-in confirmed ({why})", why=why, **self._log_fields)
         self._hooks.interrupt(barge)
+        # The prompt was flushed (which ends a duck), or it had ended and the voice is the
+        # caller's turn: whatever the agent says next is at its own level.
+        self._playout.unduck()

@@ -95,6 +95,10 @@ class BargeInConfig:
     no_words_gap_ms: int = 200
     #: a voice that comes back this soon after the prompt resumed continues the same barge-in
     rejoin_ms: int = 400
+    #: a voice still being judged this long after it paused the prompt lets the prompt play on
+    #: ducked (``media.playout.DUCK_DB``) until the verdict: a pause longer than this is a hole in
+    #: the prompt a caller notices, while the recogniser's first words come ~300 ms into a voice
+    duck_after_ms: int = 200
     #: a voice that starts this soon after the caller's last words, once the agent has taken the
     #: turn, is the caller finishing it ("check my balance | please"): too soon to be a reaction
     #: to the reply (whose first sound reaches the caller some 100 ms after those words; people

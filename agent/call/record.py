@@ -61,6 +61,8 @@ class CallOutcome:
     cut_ins: int
     transfer_target: str | None
     recordings: list[str]
+    #: each pause of a prompt for a caller's voice (``PromptPause.as_record``)
+    prompt_pauses: list[dict[str, Any]] = field(default_factory=list)
 
 
 def call_record(outcome: CallOutcome, dialogue: Any, turns: list[Turn]) -> dict[str, Any]:
@@ -71,6 +73,7 @@ def call_record(outcome: CallOutcome, dialogue: Any, turns: list[Turn]) -> dict[
         "barge_ins": outcome.barge_ins,
         "false_interruptions": outcome.false_interruptions,
         "cut_ins": outcome.cut_ins,
+        "prompt_pauses": outcome.prompt_pauses,
         "transfer_target": outcome.transfer_target,
         "recordings": outcome.recordings,
         "dialogue": [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else e

@@ -603,7 +603,8 @@ class CallSession:
     def record(self) -> dict[str, Any]:
         """The call record: turns with what was said, heard and how fast."""
         outcome = CallOutcome(self.call_id, self.end_reason, self.barge_ins, self.false_interruptions,
-                              self.cut_ins, self.transfer_target, self.recordings)
+                              self.cut_ins, self.transfer_target, self.recordings,
+                              [p.as_record() for p in self.barge.pauses])
         return {**call_record(outcome, self.dialogue, self.turns), **self.hold.record()}
 
 

@@ -409,6 +409,32 @@ class ItemRow:
     understood: str | None           # None for items over a prompt
     tail_overlap: bool = False       # a cut-in after the request was made and understood
     calls: int = 1                   # concurrent calls of its round
+    #: for items over a prompt: the longest pause the server's record shows the prompt made for
+    #: it, in ms (0: the server did not pause; None: the record has no pauses to tell)
+    hole_ms: float | None = None
+
+
+#: a prompt paused this long for a noise or an acknowledgement is a false stop: a hole in it
+HOLE_MS = 300.0
+
+
+def prompt_holes(outcomes: Sequence[ItemOutcome], record: Mapping[str, Any]) -> dict[int, float]:
+    """Item index -> the longest pause the server made in its prompt for that item, in ms, for
+    each noise or backchannel; 0 when it made none. The server's ``prompt_pauses`` (when the
+    playout paused for a voice's onset, for how long) are matched to an item when the pause
+    began between 50 ms before the item's first voiced packet and 300 ms after its last (the
+    caller's audio reaches the server a few ms after the capture sees it). Empty when the record
+    keeps no pauses (a server from before they were recorded)."""
+    pauses = record.get("prompt_pauses")
+    if pauses is None:
+        return {}
+    out: dict[int, float] = {}
+    for o in outcomes:
+        if o.item.kind not in OVER_SPEECH_KINDS:
+            continue
+        lo, hi = o.item.onset_s - 0.05, o.item.voiced_end_s + 0.3
+        out[o.item.index] = max((float(p["ms"]) for p in pauses if lo <= float(p["at_s"]) <= hi), default=0.0)
+    return out
 
 
 def pause_bucket(pause_ms: int) -> str:
@@ -444,7 +470,7 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
     rows = list(rows)
     latency, barge = [], []
     paused = cut_ins = premature = in_pause = turns = turn_cut_ins = split = 0
-    over = false_stops = 0
+    over = false_stops = over_wire = false_stops_wire = 0
     asked = got = same = 0
     for r in rows:
         o = r.outcome
@@ -472,13 +498,20 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
                 started = o.item.voiced_end_s + (o.latency_ms or 0.0) / 1000.0
                 in_pause += o.item.in_pause(started)
                 premature += not r.tail_overlap
-        if o.item.kind in OVER_SPEECH_KINDS and o.outcome in ("false_barge_in", "kept_talking"):
-            over += 1
-            false_stops += o.outcome == "false_barge_in"
+        if o.item.kind in OVER_SPEECH_KINDS:
+            on_wire = o.outcome in ("false_barge_in", "kept_talking")
+            over_wire += on_wire
+            false_stops_wire += o.outcome == "false_barge_in"
+            # Over a prompt by the wire (the agent's voice went on across the onset), or by the
+            # server (it paused a prompt for the item: the onset fell in a gap between sentences).
+            if on_wire or r.hole_ms:
+                over += 1
+                false_stops += (r.hole_ms or 0.0) >= HOLE_MS if r.hole_ms is not None else \
+                    o.outcome == "false_barge_in"
     return {"items": len(rows), "turn_latency_ms": _stats(latency), "barge_in_stop_ms": _stats(barge),
             "understood": [got, asked], "understood_same_outcome": [same, asked],
             "split_turns": split, "cut_ins_all_turns": [turn_cut_ins, turns], "paused_turns": paused, "cut_ins": cut_ins, "premature_cut_ins": premature, "cut_ins_in_pause": in_pause,
-            "false_stops": [false_stops, over]}
+            "false_stops": [false_stops, over], "false_stops_wire": [false_stops_wire, over_wire]}
 
 
 def summarise_conditions(rows: Sequence[ItemRow]) -> dict[str, dict[str, Any]]:
@@ -519,10 +552,13 @@ def format_conditions(table: Mapping[str, Mapping[str, Any]]) -> str:
 def rows_of_call(steps: Sequence[EvalStep], outcomes: Sequence[ItemOutcome], record: Mapping[str, Any],
                  cut_in_in_gap: Mapping[int, bool], calls: int) -> list[ItemRow]:
     """One call's items: each step with its outcome on the wire (by item index), the transcript
-    paired with it and whether the line understood it. A cut-in is a tail overlap (not
-    premature) when the agent started in a gap of the caller's sound, outside the designed
-    pause, and had understood the turn."""
+    paired with it, whether the line understood it and, for an item over a prompt, the hole the
+    server made in the prompt for it. A cut-in is a tail overlap (not premature) when the agent
+    started in a gap of the caller's sound, outside the designed pause, and had understood the
+    turn."""
     by_index = {o.item.index: o for o in outcomes}
+    holes = prompt_holes(outcomes, record)
+    told = "prompt_pauses" in record
     pairs = pair_heard(steps, heard_turns(record))
     rows = []
     for k, s in enumerate(steps):
@@ -531,7 +567,7 @@ def rows_of_call(steps: Sequence[EvalStep], outcomes: Sequence[ItemOutcome], rec
         tail = bool(o is not None and o.outcome == "cut_in" and o.latency_ms is not None
                     and not o.item.in_pause(o.item.voiced_end_s + o.latency_ms / 1000.0)
                     and cut_in_in_gap.get(k, False) and got == "yes")
-        rows.append(ItemRow(s, o, h, got, tail, calls))
+        rows.append(ItemRow(s, o, h, got, tail, calls, holes.get(k, 0.0) if told else None))
     return rows
 
 
@@ -543,4 +579,4 @@ def row_json(row: ItemRow) -> dict[str, Any]:
             "heard_at": [h.step for h in row.heard], "decisions": [h.decision for h in row.heard],
             "understood": row.understood, "outcome": o.outcome if o else "not_played",
             "latency_ms": o.latency_ms if o else None, "reply_ms": o.reply_ms if o else None,
-            "tail_overlap": row.tail_overlap, "calls": row.calls}
+            "tail_overlap": row.tail_overlap, "calls": row.calls, "hole_ms": row.hole_ms}

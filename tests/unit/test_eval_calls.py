@@ -177,3 +177,30 @@ def test_figures_by_condition():
     assert table["paused 400-549 ms"]["paused_turns"] == 2
     assert table["out-of-scope"]["understood"] == [1, 1] and "4 calls" in table
     assert "premature cut-ins" in ec.format_conditions(table)
+
+
+def test_false_stops_are_the_holes_the_server_made_in_its_prompt():
+    """With the server's prompt pauses in the record, a noise or backchannel is a false stop when
+    the prompt paused 300 ms or more for it: a silence of the agent's on the wire that the server
+    did not make is not one, a 350 ms pause the wire's 450 ms rule does not see is, and an item
+    in a gap between sentences counts when the server paused the prompt for it."""
+    files = {f.name: f for f in corpus()}
+    steps = [ec.EvalStep(0, files["bc-okay"]), ec.EvalStep(1, files["noise-white"]),
+             ec.EvalStep(2, files["bc-okay"]), ec.EvalStep(3, files["noise-white"])]
+    kinds = ["false_barge_in", "kept_talking", "not_over_speech", "kept_talking"]
+    outs = [outcome(s, 0, o, ms) for s, o, ms in zip(steps, kinds, [120.0, 900.0, None, 800.0])]
+    assert ec.prompt_holes(outs[:1], {"prompt_pauses": [{"at_s": 10.03, "ms": 120}]}) == {0: 120.0}
+    assert ec.prompt_holes(outs[:1], {}) == {}
+    # one call each; every item's first voiced packet is at 10.0 s
+    calls = [ec.rows_of_call([s], [o], {"prompt_pauses": p}, {}, calls=1) for s, o, p in (
+        (steps[0], outs[0], [{"at_s": 10.03, "ms": 120}]),       # wire silence, server paused 120 ms
+        (steps[1], outs[1], [{"at_s": 10.04, "ms": 350}]),       # wire talking, server paused 350 ms
+        (steps[2], outs[2], [{"at_s": 10.05, "ms": 600}]),       # in a sentence gap, paused 600 ms
+        (steps[3], outs[3], [{"at_s": 30.0, "ms": 900}]))]       # a pause for something else
+    rows = [r for c in calls for r in c]
+    assert [r.hole_ms for r in rows] == [120.0, 350.0, 600.0, 0.0]
+    a = ec.summarise_conditions(rows)["all"]
+    assert a["false_stops"] == [2, 4]
+    assert a["false_stops_wire"] == [1, 3]
+    old = [r for s, o in zip(steps[:2], outs[:2]) for r in ec.rows_of_call([s], [o], {}, {}, calls=1)]
+    assert ec.summarise_conditions(old)["all"]["false_stops"] == [1, 2]   # no pauses kept: the wire decides

@@ -165,3 +165,77 @@ def test_a_pause_in_the_last_frame_of_a_prompt_lets_it_finish():
     buf.pull_frame(FRAME)
     assert events[-1].type is PlayoutEventType.FINISHED and not buf.busy
     assert buf.flush() == []
+
+
+def _samples(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(pcm, dtype="<i2").astype(np.int32)
+
+
+def test_a_duck_lowers_the_prompt_over_its_ramp_and_plays_it_on_underneath():
+    """Ducked, the prompt keeps playing (its time goes on: nothing is held back), 24 dB down
+    after a 5 ms ramp, with no step between samples larger than the prompt's own; a paused
+    prompt ducked again plays on at the ducked level."""
+    buf = PlayoutBuffer(sample_rate_hz=16000)
+    word = np.full(FRAME // 2 * 6, 8000, dtype="<i2").tobytes()
+    buf.play(word)
+    buf.pull_frame(FRAME)
+    assert buf.duck()
+    ramp = _samples(buf.pull_frame(FRAME))
+    assert ramp[0] > 7900 and abs(int(ramp[80]) - round(8000 * 10 ** (-24 / 20))) <= 1
+    assert np.max(np.abs(np.diff(ramp))) < 100  # a ramp, not a jump
+    assert _samples(buf.pull_frame(FRAME)).max() == round(8000 * 10 ** (-24 / 20))
+    buf.pause()
+    assert buf.ducked and buf.duck() and not buf.paused  # ducked again: resumed, at the same level
+    assert _samples(buf.pull_frame(FRAME)).max() == round(8000 * 10 ** (-24 / 20))
+    events = []
+    buf._on_event = events.append
+    for _ in range(2):
+        buf.pull_frame(FRAME)
+    assert events == [] and buf.paused  # all of it played, on time; it waits at its end
+    assert buf.pull_frame(FRAME) == bytes(FRAME)
+    buf.unduck()
+    buf.pull_frame(FRAME)
+    assert [e.type for e in events] == [PlayoutEventType.FINISHED]
+
+
+def test_an_unduck_ramps_back_up_without_a_gap():
+    """Back up over 40 ms: every sample of the ramp is prompt audio between the ducked and the
+    full level, rising, and the frame after it is the prompt as queued."""
+    buf = PlayoutBuffer(sample_rate_hz=16000)
+    tone = _tone(12, amplitude=8000)
+    buf.play(tone)
+    buf.duck()
+    buf.pull_frame(FRAME)
+    buf.pull_frame(FRAME)
+    buf.unduck()
+    assert not buf.ducked
+    ramp = np.abs(_samples(buf.pull_frame(FRAME) + buf.pull_frame(FRAME) + buf.pull_frame(FRAME)
+                           + buf.pull_frame(FRAME)))
+    assert ramp.min() >= 500 and np.all(np.diff(ramp) >= 0) and ramp[-1] == 8000
+    assert buf.pull_frame(FRAME) == tone[6 * FRAME: 7 * FRAME]
+    assert buf.gain == 1.0
+
+
+def test_a_ducked_prompt_waits_at_its_end_and_a_flush_ends_the_duck():
+    """A voice still being judged when a prompt has played out ducked holds it at its end, so
+    the next prompt does not start under the voice; a flush (the interruption) drops both and
+    leaves the next reply at its own level."""
+    buf = PlayoutBuffer(sample_rate_hz=16000)
+    events = []
+    buf._on_event = events.append
+    buf.play(_tone(1, amplitude=8000))
+    buf.duck()
+    buf.pull_frame(FRAME)
+    buf.play(_tone(2, amplitude=8000))
+    assert buf.pull_frame(FRAME) == bytes(FRAME) and buf.paused
+    assert [e.type for e in events] == [PlayoutEventType.STARTED]
+    assert [e.type for e in buf.flush()] == [PlayoutEventType.FLUSHED, PlayoutEventType.FLUSHED]
+    reply = _tone(1, amplitude=8000)
+    buf.play(reply)
+    assert buf.pull_frame(FRAME) == reply and not buf.ducked
+
+
+def test_nothing_playing_is_not_ducked():
+    """Like a pause, a duck needs a prompt: with nothing queued it reports False."""
+    buf = PlayoutBuffer(sample_rate_hz=16000)
+    assert not buf.duck() and not buf.ducked

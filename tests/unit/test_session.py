@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import time
 
 import pytest
 
@@ -93,6 +94,12 @@ class Prompts:
         if "{{" in text:
             return None
         return bytes([1 + len(text) % 200]) * (FRAME * 100)
+
+
+def gave_way(h: "Harness") -> bool:
+    """The prompt has given way to the caller's voice: paused, or playing on ducked once the
+    voice has been judged for longer than a pause may last."""
+    return h.session.playout.paused or h.session.playout.ducked
 
 
 class Harness:
@@ -228,11 +235,11 @@ def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
     h.tick(10, caller=tone_frame())
     h.asr_interim("and they get it")
     h.tick(15, caller=tone_frame())
-    assert h.session.playout.paused
+    assert gave_way(h)
     h.tick(7)
-    assert h.session.playout.paused  # other words: maybe the stop before a consonant
+    assert gave_way(h)  # other words: maybe the stop before a consonant
     h.tick(8)
-    assert not h.session.playout.paused
+    assert not gave_way(h)
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
     h.play_out()
     greeting = h.session.turns[0].agent_prompts[0]
@@ -248,7 +255,7 @@ def test_a_long_voice_without_words_interrupts_after_1200_ms_and_is_then_asked_a
     h.session.start()
     h.tick(40)
     h.tick(100, caller=tone_frame())
-    assert h.session.barge_ins == 0 and h.session.playout.paused
+    assert h.session.barge_ins == 0 and gave_way(h)
     h.tick(25, caller=tone_frame())
     assert h.session.barge_ins == 1
     h.tick(100)  # 800 ms of silence ends the empty turn
@@ -327,9 +334,9 @@ def test_a_request_over_a_prompt_interrupts_once_the_voice_outlasts_an_acknowled
     h.tick(120)  # into the menu prompt
     h.tick(10, caller=tone_frame())
     h.asr_interim("goodbye")
-    assert h.session.barge_ins == 0 and h.session.playout.paused
+    assert h.session.barge_ins == 0 and gave_way(h)
     h.tick(50, caller=tone_frame())
-    assert h.session.barge_ins == 0 and h.session.playout.paused
+    assert h.session.barge_ins == 0 and gave_way(h)
     h.tick(15, caller=tone_frame())
     assert h.session.barge_ins == 1
     h.tick(10)
@@ -345,10 +352,10 @@ def test_a_short_voice_heard_as_a_request_resumes_the_prompt():
     h.tick(45, caller=tone_frame())
     h.asr_interim("an agent")
     h.tick(20)
-    assert h.session.playout.paused  # 200 ms of quiet may be a pause inside a sentence
+    assert gave_way(h)  # 200 ms of quiet may be a pause inside a sentence
     h.tick(15)
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
-    assert not h.session.playout.paused
+    assert not gave_way(h)
     h.play_out()
     assert not any("transfer" in t.lower() for t in h.said())
 
@@ -388,6 +395,70 @@ def test_an_acknowledgement_that_turns_into_an_interruption_still_stops_the_prom
     h.asr_interim("okay wait")
     assert h.session.barge_ins == 1
     assert not h.session.playout.busy and h.session.turn_taker.listening
+
+
+def test_a_long_acknowledgement_leaves_no_hole_longer_than_200_ms_in_the_prompt():
+    """ "I see" of 600 ms, first heard as "ah i": the prompt pauses at its onset, plays on ducked
+    200 ms later while the words are still unclear, and is back at its own level once the voice
+    is over; it never stops and is heard to its end."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    pl = h.session.playout
+    h.tick(2, caller=tone_frame())
+    assert pl.paused
+    h.tick(18, caller=tone_frame())
+    assert pl.paused                         # 180 ms paused: still a pause
+    h.tick(3, caller=tone_frame())
+    assert pl.ducked and not pl.paused       # 200 ms: on, ducked
+    before = pl.frames_pulled
+    h.asr_interim("ah i")
+    h.tick(37, caller=tone_frame())
+    assert pl.ducked and pl.frames_pulled > before
+    h.tick(5)
+    h.asr_final("i see")
+    h.tick(10)
+    assert not pl.ducked and not pl.paused
+    assert h.session.barge_ins == 0
+    pauses = h.session.record()["prompt_pauses"]
+    assert [(p["outcome"], p["ms"]) for p in pauses] == [("ducked", 200)]
+    h.play_out()
+    greeting = h.session.turns[0].agent_prompts[0]
+    assert not greeting.interrupted and greeting.played_ms == greeting.total_ms
+
+
+def test_the_call_record_keeps_each_pause_of_a_prompt_for_a_voice():
+    """Each stretch a caller's voice held the prompt paused is in the record with its length
+    and what became of it: an "okay" the prompt played on over, a voice still being judged after
+    200 ms (the prompt went on ducked), and a "wait" that took the turn."""
+    h = Harness()
+    h.session.start()
+    h.tick(10)
+    h.tick(10, caller=tone_frame())          # paused at the onset, 20 ms in
+    h.asr_interim("okay")
+    h.tick(7, caller=tone_frame())           # held 60 ms: played on
+    h.tick(30)
+    h.asr_final("okay")
+    h.tick(30)                               # too long ago for the next voice to continue it
+    h.tick(45, caller=tone_frame())          # ducked 200 ms after it paused the prompt
+    assert h.session.playout.ducked and not h.session.playout.paused
+    h.asr_interim("an agent")
+    h.tick(35)                               # 300 ms of quiet after a request: over
+    assert not h.session.playout.ducked
+    h.asr_final("an agent")
+    h.tick(45)                               # too long ago for the next voice to continue it
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("wait")
+    assert h.session.barge_ins == 1
+    pauses = h.session.record()["prompt_pauses"]
+    assert [(p["outcome"], p["heard"]) for p in pauses] == [
+        ("played_on", "okay"), ("ducked", ""), ("interrupted", "wait")]
+    played_on, ducked, interrupted = (p["ms"] for p in pauses)
+    assert 120 <= played_on <= 180           # from the onset to "okay" held 60 ms
+    assert ducked == 200
+    assert 60 <= interrupted <= 100          # from the onset to "wait"
+    assert pauses[0]["at_s"] == pytest.approx(100.12, abs=0.001)
+    assert pauses[0]["at"].endswith(".120" + time.strftime("%z", time.localtime(100.12)))
 
 
 def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():
@@ -696,7 +767,7 @@ def test_an_interruption_decided_just_after_the_voice_ended_is_answered():
     h.tick(120)
     h.tick(90, caller=tone_frame())
     h.tick(6)
-    assert h.session.playout.paused and h.session.barge_ins == 0
+    assert gave_way(h) and h.session.barge_ins == 0
     h.asr_interim("check my balance")
     assert h.session.barge_ins == 1
     h.tick(3)
@@ -713,9 +784,9 @@ def test_an_interruption_with_a_pause_in_it_is_judged_whole():
     h.tick(40, caller=tone_frame())
     h.asr_interim("what are")
     h.tick(15)
-    assert not h.session.playout.paused and h.session.false_interruptions == 1
+    assert not gave_way(h) and h.session.false_interruptions == 1
     h.tick(30, caller=tone_frame())
-    assert h.session.playout.paused
+    assert gave_way(h)
     h.asr_interim("what are your opening hours")
     assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
     h.tick(10)  # the turn began at the first onset: a long request, answered after 30 ms
