@@ -353,6 +353,12 @@ class TranscriptAssembler:
             return None
         return min(c for c in self._confidences if c is not None)
 
+    @property
+    def awaiting_final(self) -> bool:
+        """Are some of the words still the open utterance's interim (also when a turn has taken
+        them), with no final for them yet?"""
+        return bool(self._interim or self._consumed)
+
     def on_interim(self, text: str) -> str:
         self._interim = " ".join(self._strip(words(text)))
         return self.text

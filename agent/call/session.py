@@ -137,6 +137,11 @@ class CallSession:
         self._asr_rate_hz = rate_hz
         #: when the agent last took the caller's turn (seconds)
         self._decided_at: float | None = None
+        #: an answer to a question that ends or transfers the call, taken on interim words: the
+        #: dialogue hears it with the recogniser's final and its confidence (or without, after
+        #: ANSWER_FINAL_WAIT_S)
+        self._answer_awaiting_final: EndOfTurn | None = None
+        self._answer_timer: IDelayedCall | None = None
         self._awaiting_reply_since: float | None = None
         self._awaiting_trigger = "speech"
         self.turns: list[Turn] = []
@@ -200,6 +205,7 @@ class CallSession:
         self.barge.close()
         cancel(self._max_duration_timer)
         cancel(self._start_timer)
+        cancel(self._answer_timer)
         self.recorder.close()
         self.steps.close()
         self._cancel_reply_synthesis()
@@ -284,6 +290,9 @@ class CallSession:
         last_speech_end = self.turn_taker.last_speech_end
         if self._metrics and last_speech_end is not None:
             self._metrics.asr_final_lag.observe(max(0.0, self._reactor.seconds() - last_speech_end))
+        if self._answer_awaiting_final is not None:
+            self._answer_with_final(text, confidence)
+            return
         if extra:
             # The caller went on talking after the agent had taken the turn.
             self.barge.note_cut_in(" ".join(extra))
@@ -339,16 +348,42 @@ class CallSession:
         self.barge.on_turn_taken(decision.speech_end_at)
         spec = self.turn_taker.take_speculation()
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_at)
+        if decision.confidence is None and self.transcripts.awaiting_final and self.dialogue.asking_before_acting:
+            # A yes or no to ending or transferring the call, in interim words: the dialogue acts
+            # on a yes only when heard clearly, so it is given the recogniser's final (its
+            # confidence), which comes a few hundred ms after the voice.
+            if spec is not None:
+                self.turn_taker.drop_speculation(spec)
+            self._answer_awaiting_final = decision
+            self._answer_timer = self._reactor.callLater(ANSWER_FINAL_WAIT_S, self._answer_with_final)
+            return
         if spec is not None and spec.answers(decision):
             self._use_speculation(spec)
             return
         if spec is not None:
             self.turn_taker.drop_speculation(spec)
+        self._answer(decision.text, decision.confidence)
+
+    def _answer(self, text: str, confidence: float | None) -> None:
         t0 = self._reactor.seconds()
-        actions = self.dialogue.on_transcript(decision.text, confidence=decision.confidence)
+        actions = self.dialogue.on_transcript(text, confidence=confidence)
         if self._metrics:
             self._metrics.dialogue_step.observe(self._reactor.seconds() - t0)
         self._run(actions)
+
+    def _answer_with_final(self, text: str | None = None, confidence: float | None = None) -> None:
+        """The final of an answer taken on interim words came (*text*, *confidence*), or none
+        did in time (no arguments): the dialogue hears the answer."""
+        cancel(self._answer_timer)
+        self._answer_timer = None
+        decision, self._answer_awaiting_final = self._answer_awaiting_final, None
+        if decision is None or self.ended:
+            return
+        if not text:
+            text, confidence = decision.text, None
+            log.info("call {call_id} no final words for the answer {text!r}: taken as heard", text=text,
+                     **self.log_fields)
+        self._answer(text, confidence)
 
     def _use_speculation(self, spec: Speculation) -> None:
         """The reply was worked out (and its audio started) while the silence was confirmed."""
@@ -606,6 +641,11 @@ class CallSession:
                               self.cut_ins, self.transfer_target, self.recordings,
                               [p.as_record() for p in self.barge.pauses])
         return {**call_record(outcome, self.dialogue, self.turns), **self.hold.record()}
+
+
+#: how long an answer to a question that ends or transfers the call, taken on interim words,
+#: waits for the recogniser's final (which comes ~350 ms after the voice: docs/latency.md)
+ANSWER_FINAL_WAIT_S = 1.0
 
 
 class _BargeHooks:

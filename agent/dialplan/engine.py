@@ -106,6 +106,14 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         return self._mode == LISTENING
 
     @property
+    def asking_before_acting(self) -> bool:
+        """True while the caller's answer to a question that ends or transfers the call ("Do
+        you want to end the call?", "Would you like to speak to a person?") is awaited: an
+        answer the recogniser heard unclearly is asked again, so it should come with its
+        confidence (see :meth:`on_transcript`)."""
+        return self._question is not None
+
+    @property
     def waiting_for(self) -> str:
         """What the engine waits for: idle, listening, transferring, webhook, recording,
         model, model_tool (a webhook the model called) or ended."""

@@ -461,6 +461,64 @@ def test_the_call_record_keeps_each_pause_of_a_prompt_for_a_voice():
     assert pauses[0]["at"].endswith(".120" + time.strftime("%z", time.localtime(100.12)))
 
 
+def _reach_the_offer_of_a_person(h: "Harness") -> None:
+    """Two answers the menu does not understand: the agent offers a person."""
+    h.session.start()
+    h.play_out()
+    for text in ("purple elephants dance", "green giraffes sing loudly"):
+        h.tick(10, caller=tone_frame())
+        h.asr_interim(text)
+        h.tick(40, caller=tone_frame())
+        h.tick(30)
+        h.speech.streams[-1].callbacks["on_final"](text, 0.9)
+        h.tick(100)
+        h.play_out()
+    assert h.said()[-1].endswith("Would you like to speak to a person?")
+    assert h.session.dialogue.asking_before_acting
+
+
+def test_a_yes_to_a_transfer_taken_on_interim_words_waits_for_the_final_and_its_confidence():
+    """ "I want- yes, I had another thing", its turn ended on the interim "i want yes but other
+    things": the offer of a person is answered only when the final says how clearly that was
+    heard (0.3: asked again, nobody put through); a clear yes then transfers."""
+    h = Harness()
+    _reach_the_offer_of_a_person(h)
+    offers = len(h.said())
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("i want yes but other things")
+    h.tick(50, caller=tone_frame())
+    h.tick(100)                              # the turn has ended: waiting for the final
+    assert len(h.said()) == offers and not h.control.transfers
+    h.speech.streams[-1].callbacks["on_final"]("i want yes but other things", 0.3)
+    h.tick(5)
+    assert len(h.said()) == offers + 1 and h.said()[-1].endswith("speak to a person?")
+    assert not h.control.transfers
+    h.play_out()
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("yes please")
+    h.tick(30, caller=tone_frame())
+    h.tick(100)
+    h.speech.streams[-1].callbacks["on_final"]("yes please", 0.92)
+    h.play_out()
+    assert h.control.transfers
+
+
+def test_an_answer_whose_final_never_comes_is_taken_as_heard():
+    """No final within a second of an answer taken on interim words: the dialogue hears the
+    interim words (a plain "no" here: the menu is asked again)."""
+    h = Harness()
+    _reach_the_offer_of_a_person(h)
+    offers = len(h.said())
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("no")
+    h.tick(20, caller=tone_frame())
+    h.tick(60)
+    assert len(h.said()) == offers
+    h.tick(100)
+    assert len(h.said()) > offers and not h.control.transfers
+    assert not h.session.dialogue.asking_before_acting
+
+
 def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():
     """Speech recognised while the agent talks (without barge-in) does not jump the dialogue."""
     h = Harness()
