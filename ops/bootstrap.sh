@@ -3,7 +3,8 @@
 # what is missing, then runs the requested action.
 #
 #   ops/bootstrap.sh serve [serve options...]   install, then start the server
-#   ops/bootstrap.sh test  [pytest options...]  install, then run the whole test suite
+#   ops/bootstrap.sh test  [pytest options...]  install, then run the whole test suite (without
+#                                               options: in parallel, then the solo tests alone)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -92,6 +93,17 @@ prepare_phrase_vectors() {
         || log "the shipped dialplans did not check: see openclaw-voice dialplan check"
 }
 
+run_pytest() {
+    # pytest with the virtualenv's Python; "no tests ran" (exit 5) is a failure
+    local rc=0
+    "$VENV/bin/python" -m pytest "$@" || rc=$?
+    if [[ $rc -eq 5 ]]; then
+        log "pytest collected no tests: failing"
+        return 1
+    fi
+    return $rc
+}
+
 action="${1:-}"
 [[ -n "$action" ]] && shift
 case "$action" in
@@ -106,15 +118,17 @@ case "$action" in
         install_virtualenv
         prepare_phrase_vectors
         cd "$ROOT"
-        set +e
-        "$VENV/bin/python" -m pytest "$@"
-        rc=$?
-        set -e
-        if [[ $rc -eq 5 ]]; then
-            log "pytest collected no tests: failing"
-            exit 1
+        if [[ $# -gt 0 ]]; then
+            run_pytest "$@"
+        else
+            # The integration tests mostly wait on real calls: the suite runs a test file per
+            # worker in parallel, then the tests that need the machine to themselves (marker
+            # solo), one at a time.
+            rc=0
+            run_pytest -n "${OPENCLAW_TEST_WORKERS:-3}" --dist loadfile -m "not solo" || rc=$?
+            run_pytest -m solo || rc=$?
+            exit $rc
         fi
-        exit $rc
         ;;
     install)
         install_debian_packages

@@ -18,6 +18,7 @@ import pytest
 from tests.integration.conftest import ROOT, free_port, start_agent, stop_agent, wait_until
 
 pytestmark = [pytest.mark.integration,
+              pytest.mark.solo,  # the SIP stack's own timers (64 x T1) against a loaded machine
               pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp is not installed")]
 
 SIPP_DIR = os.path.join(ROOT, "ops", "sipp")

@@ -31,6 +31,7 @@ from tests.integration.conftest import (
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.solo,  # up to sixteen calls at once: they need the machine to themselves
     pytest.mark.skipif(shutil.which("kamailio") is None or shutil.which("kamcmd") is None,
                        reason="kamailio is not installed (ops/bootstrap.sh installs it)"),
 ]
