@@ -341,6 +341,14 @@ class CallSession:
             log.info("call {call_id} speech without words ignored", **self.log_fields)
             self.turn_taker.restart_no_input()
             return
+        if self._only_acknowledged(decision.text):
+            # "I see", "okay", "uh huh" said into the agent's silence answer nothing the ask
+            # asked: the agent goes on waiting (no "sorry, I did not understand", no count
+            # towards giving up on the caller).
+            log.info("call {call_id} only an acknowledgement ({text!r}): still listening",
+                     text=decision.text, **self.log_fields)
+            self.turn_taker.restart_no_input()
+            return
         log.info("call {call_id} end of turn ({reason}, {speech:.0f} ms of speech, {silence:.0f} ms silence): "
                  "{text!r}", reason=decision.reason, silence=decision.silence_s * 1000.0,
                  speech=decision.speech_s * 1000.0, text=decision.text, **self.log_fields)
@@ -363,6 +371,15 @@ class CallSession:
         if spec is not None:
             self.turn_taker.drop_speculation(spec)
         self._answer(decision.text, decision.confidence)
+
+    def _only_acknowledged(self, text: str) -> bool:
+        """Are *text*'s words only an acknowledgement or a hesitation, at an ask that offers
+        intents (not a yes/no question or other slot, not a model's conversation) and takes none
+        of them from these words?"""
+        listen = self.turn_taker.listen
+        return (listen is not None and bool(listen.intents) and listen.slot_type is None
+                and not listen.collecting_digits and is_backchannel(text)
+                and self.dialogue.peek_intent(text) is None)
 
     def _answer(self, text: str, confidence: float | None) -> None:
         t0 = self._reactor.seconds()

@@ -519,6 +519,31 @@ def test_an_answer_whose_final_never_comes_is_taken_as_heard():
     assert not h.session.dialogue.asking_before_acting
 
 
+def test_an_acknowledgement_said_into_the_silence_after_a_question_is_not_an_answer():
+    """ "I see" after the menu has been asked: no "sorry, I did not understand", nothing
+    counted towards giving up; the agent goes on waiting, and a request after it is answered."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    said = len(h.said())
+    for _ in range(3):
+        h.tick(10, caller=tone_frame())
+        h.asr_interim("i see")
+        h.tick(30, caller=tone_frame())
+        h.tick(10)
+        h.speech.streams[-1].callbacks["on_final"]("i see", 0.95)
+        h.tick(100)
+    assert len(h.said()) == said and h.session.turn_taker.listening
+    assert not any(e.kind in ("no_match", "gave_up") for e in h.session.dialogue.history)
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("what are your opening hours")
+    h.tick(40, caller=tone_frame())
+    h.tick(10)
+    h.speech.streams[-1].callbacks["on_final"]("what are your opening hours", 0.95)
+    h.tick(100)
+    assert h.said()[-2].startswith("We are open")
+
+
 def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():
     """Speech recognised while the agent talks (without barge-in) does not jump the dialogue."""
     h = Harness()
