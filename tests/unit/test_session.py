@@ -461,17 +461,25 @@ def test_the_call_record_keeps_each_pause_of_a_prompt_for_a_voice():
     assert pauses[0]["at"].endswith(".120" + time.strftime("%z", time.localtime(100.12)))
 
 
+def _speak(h: "Harness", text: str, voice: int = 40, quiet: int = 30, confidence: float | None = 0.9,
+           after: int = 100) -> None:
+    """The caller says *text*: 10 frames of voice, the interim, *voice* more frames, *quiet*
+    frames of silence, then the final with *confidence* (None: no final), then *after* frames."""
+    h.tick(10, caller=tone_frame())
+    h.asr_interim(text)
+    h.tick(voice, caller=tone_frame())
+    h.tick(quiet)
+    if confidence is not None:
+        h.speech.streams[-1].callbacks["on_final"](text, confidence)
+    h.tick(after)
+
+
 def _reach_the_offer_of_a_person(h: "Harness") -> None:
     """Two answers the menu does not understand: the agent offers a person."""
     h.session.start()
     h.play_out()
     for text in ("purple elephants dance", "green giraffes sing loudly"):
-        h.tick(10, caller=tone_frame())
-        h.asr_interim(text)
-        h.tick(40, caller=tone_frame())
-        h.tick(30)
-        h.speech.streams[-1].callbacks["on_final"](text, 0.9)
-        h.tick(100)
+        _speak(h, text)
         h.play_out()
     assert h.said()[-1].endswith("Would you like to speak to a person?")
     assert h.session.dialogue.asking_before_acting
@@ -484,21 +492,14 @@ def test_a_yes_to_a_transfer_taken_on_interim_words_waits_for_the_final_and_its_
     h = Harness()
     _reach_the_offer_of_a_person(h)
     offers = len(h.said())
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("i want yes but other things")
-    h.tick(50, caller=tone_frame())
-    h.tick(100)                              # the turn has ended: waiting for the final
-    assert len(h.said()) == offers and not h.control.transfers
+    _speak(h, "i want yes but other things", voice=50, quiet=100, confidence=None, after=0)
+    assert len(h.said()) == offers and not h.control.transfers  # the turn has ended: no final yet
     h.speech.streams[-1].callbacks["on_final"]("i want yes but other things", 0.3)
     h.tick(5)
     assert len(h.said()) == offers + 1 and h.said()[-1].endswith("speak to a person?")
     assert not h.control.transfers
     h.play_out()
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("yes please")
-    h.tick(30, caller=tone_frame())
-    h.tick(100)
-    h.speech.streams[-1].callbacks["on_final"]("yes please", 0.92)
+    _speak(h, "yes please", voice=30, quiet=100, confidence=0.92, after=0)
     h.play_out()
     assert h.control.transfers
 
@@ -509,10 +510,7 @@ def test_an_answer_whose_final_never_comes_is_taken_as_heard():
     h = Harness()
     _reach_the_offer_of_a_person(h)
     offers = len(h.said())
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("no")
-    h.tick(20, caller=tone_frame())
-    h.tick(60)
+    _speak(h, "no", voice=20, quiet=60, confidence=None, after=0)
     assert len(h.said()) == offers
     h.tick(100)
     assert len(h.said()) > offers and not h.control.transfers
@@ -527,20 +525,10 @@ def test_an_acknowledgement_said_into_the_silence_after_a_question_is_not_an_ans
     h.play_out()
     said = len(h.said())
     for _ in range(3):
-        h.tick(10, caller=tone_frame())
-        h.asr_interim("i see")
-        h.tick(30, caller=tone_frame())
-        h.tick(10)
-        h.speech.streams[-1].callbacks["on_final"]("i see", 0.95)
-        h.tick(100)
+        _speak(h, "i see", voice=30, quiet=10, confidence=0.95)
     assert len(h.said()) == said and h.session.turn_taker.listening
     assert not any(e.kind in ("no_match", "gave_up") for e in h.session.dialogue.history)
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("what are your opening hours")
-    h.tick(40, caller=tone_frame())
-    h.tick(10)
-    h.speech.streams[-1].callbacks["on_final"]("what are your opening hours", 0.95)
-    h.tick(100)
+    _speak(h, "what are your opening hours", quiet=10, confidence=0.95)
     assert h.said()[-2].startswith("We are open")
 
 
