@@ -61,6 +61,10 @@ class AgentMetrics:
             ["outcome"], registry=r)
         for outcome in ("interrupted", "resumed"):
             self.barge_in_outcomes.labels(outcome)
+        self.prompt_pause = Histogram(
+            "openclaw_prompt_pause_seconds",
+            "How long a prompt stayed paused for a caller's voice (the hole the caller heard in it)",
+            buckets=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0), registry=r)
         self.barge_ins = Counter("openclaw_barge_ins_total", "Agent prompts interrupted by the caller", registry=r)
         self.media_frame_work = Histogram("openclaw_media_frame_work_seconds",
                                           "Work per received frame on the media clock thread",

@@ -182,10 +182,14 @@ class BargeController:
 
     def _pause_ended(self, outcome: str) -> None:
         began, self._paused_since = self._paused_since, None
-        if began is None or len(self.pauses) >= MAX_PAUSES_KEPT:
+        if began is None:
             return
         heard = self.current.text if self.current is not None else ""
-        self.pauses.append(PromptPause(began, max(began, self._reactor.seconds()), outcome, heard))
+        pause = PromptPause(began, max(began, self._reactor.seconds()), outcome, heard)
+        if self._metrics:
+            self._metrics.prompt_pause.observe(pause.ms / 1000.0)
+        if len(self.pauses) < MAX_PAUSES_KEPT:
+            self.pauses.append(pause)
 
     # -- deciding ------------------------------------------------------------------
     def _rejoin(self, started_at: float, paused: bool) -> bool:

@@ -76,3 +76,4 @@ def test_uh_huh_and_a_noise_burst_do_not_stop_the_prompt_an_interruption_does(ag
     assert 2 <= len(pauses) <= 3, pauses
     assert all(p["ms"] < 500 for p in pauses), pauses
     assert {p["outcome"] for p in pauses} <= {"resumed", "played_on", "ducked", "interrupted"}, pauses
+    assert agent.metrics()["openclaw_prompt_pause_seconds_count"] >= len(pauses)
