@@ -160,6 +160,24 @@ def test_test_caller_reports_turns_and_latency(agent: AgentProcess) -> None:
     assert 0 < turn["latency_ms"] < 5000, turn
 
 
+def test_an_acknowledgement_after_the_menu_is_no_answer(agent: AgentProcess) -> None:
+    """ "Okay" said after the menu was asked is not a request the agent failed to understand: no
+    "sorry, I did not understand", nothing counted against the caller; the agent waits (its
+    no-input prompt comes when the caller says nothing more), and "check my balance" is then
+    answered."""
+    wait_idle(agent)
+    before = len(agent.records())
+    code, report, out = run_caller(agent.uri, "--say", "okay", "--say", "check my balance")
+    assert code == 0, out[-3000:]
+    agent.wait_for(lambda: len(agent.records()) > before, 30.0, "the call record")
+    record = agent.records()[-1]
+    kinds = [e["kind"] for e in record["dialogue"]]  # type: ignore[index,union-attr]
+    assert "no_match" not in kinds, record["dialogue"]
+    intents = [e["intent"] for e in record["dialogue"] if e["kind"] == "intent"]  # type: ignore[index,union-attr]
+    assert intents == ["balance"], record["dialogue"]
+    assert "only an acknowledgement" in agent.log(), agent.log()[-3000:]
+
+
 def test_g722_and_pcma_calls_are_answered(agent: AgentProcess) -> None:
     """A-law and G.722 callers are understood too (the two calls at once: the agent holds 4)."""
     wait_idle(agent)
