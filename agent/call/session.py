@@ -400,6 +400,8 @@ class CallSession:
             text, confidence = decision.text, None
             log.info("call {call_id} no final words for the answer {text!r}: taken as heard", text=text,
                      **self.log_fields)
+        elif self.turns:
+            self.turns[-1].caller_text = text  # the record says what the dialogue heard
         self._answer(text, confidence)
 
     def _use_speculation(self, spec: Speculation) -> None:

@@ -494,8 +494,9 @@ def test_a_yes_to_a_transfer_taken_on_interim_words_waits_for_the_final_and_its_
     offers = len(h.said())
     _speak(h, "i want yes but other things", voice=50, quiet=100, confidence=None, after=0)
     assert len(h.said()) == offers and not h.control.transfers  # the turn has ended: no final yet
-    h.speech.streams[-1].callbacks["on_final"]("i want yes but other things", 0.3)
+    h.speech.streams[-1].callbacks["on_final"]("i want yes but other thing", 0.3)
     h.tick(5)
+    assert h.session.turns[-1].caller_text == "i want yes but other thing"  # what the dialogue heard
     assert len(h.said()) == offers + 1 and h.said()[-1].endswith("speak to a person?")
     assert not h.control.transfers
     h.play_out()
