@@ -14,7 +14,8 @@ import pytest
 from tests.integration.conftest import OPENCLAW, ROOT, start_agent, stop_agent
 from tests.integration.relay_fixtures import start_regions
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration,
+              pytest.mark.solo]  # a region blackholed mid-call: stall detection and failover timing
 
 
 @pytest.fixture(scope="module")
