@@ -177,7 +177,10 @@ def test_an_acknowledgement_after_the_menu_is_no_answer(agent: AgentProcess) -> 
     assert "no_match" not in kinds, record["dialogue"]
     intents = [e["intent"] for e in record["dialogue"] if e["kind"] == "intent"]  # type: ignore[index,union-attr]
     assert intents == ["balance"], record["dialogue"]
-    assert "only an acknowledgement" in agent.log(), agent.log()[-3000:]
+    # The "okay" was heard as an acknowledgement: a turn that is no answer, or (when the caller's
+    # timing put it over the end of the menu) a voice the prompt went on over.
+    over_menu = any(p["outcome"] in ("resumed", "played_on", "ducked") for p in record["prompt_pauses"])
+    assert "only an acknowledgement" in agent.log() or over_menu, agent.log()[-3000:]
 
 
 def test_g722_and_pcma_calls_are_answered(agent: AgentProcess) -> None:
