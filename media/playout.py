@@ -98,7 +98,6 @@ class PlayoutBuffer:
         #: cut mid-word at full level clicks
         self._fade_out = False
         self._fade_in = False
-        self._rate_hz = sample_rate_hz
         #: the prompt's gain now (linear), where it is ramping to, and by how much per sample
         self._gain = 1.0
         self._gain_target = 1.0
@@ -178,6 +177,11 @@ class PlayoutBuffer:
     def paused(self) -> bool:
         return self._paused
 
+    @property
+    def paused_at(self) -> float:
+        """When the playout last paused (on its *monotonic* clock)."""
+        return self._paused_at
+
     def duck(self, depth_db: float = DUCK_DB, ramp_ms: float = DUCK_RAMP_MS) -> bool:
         """Lower the prompt by *depth_db* over *ramp_ms* (unless it is already lowered) and let it
         play on underneath, resumed if paused. Thread-safe; returns False when nothing is playing."""
@@ -208,7 +212,7 @@ class PlayoutBuffer:
 
     def _ramp_to(self, target: float, ramp_ms: float) -> None:
         # Caller holds the lock.
-        samples = max(1, round(ramp_ms * self._rate_hz / 1000.0))
+        samples = max(1, round(ramp_ms * self._bytes_per_s / BYTES_PER_SAMPLE / 1000.0))
         self._gain_target = target
         self._gain_step = (target - self._gain) / samples
 

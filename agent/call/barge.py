@@ -140,7 +140,7 @@ class BargeController:
         if not self._hooks.prompt_playing():
             self._playout.resume()
             return
-        self._pause_began(self._media.paused_at)
+        self._pause_began(self._playout.paused_at)
         if self.current is not None:
             # The same voice, on again after a gap or after the prompt played over it.
             self.current.on_voice_again()

@@ -54,8 +54,6 @@ class MediaPipeline:
         #: (``BargeInConfig.tail_ms``), or the rest of an acknowledgement whose start let the prompt
         #: resume (``BargeIn.resumed_on_onset``)
         self.play_on_until = 0.0
-        #: reactor seconds at which the clock thread last paused the prompt for a voice's onset
-        self.paused_at = 0.0
         self._meter = PeriodicityMeter()
         self._frame_ms = float(frame_ms)
         self._run_ms = 0.0
@@ -147,8 +145,6 @@ class MediaPipeline:
             self._onset_sent = True
             paused = (self.barge_armed and self._run_started_at >= self.play_on_until
                       and self.playout is not None and self.playout.pause())
-            if paused:
-                self.paused_at = now
             if self.on_onset is not None:
                 self._reactor.callFromThread(self.on_onset, self._run_started_at, paused)
         return periodicity

@@ -347,6 +347,7 @@ class CallSession:
             # towards giving up on the caller).
             log.info("call {call_id} only an acknowledgement ({text!r}): still listening",
                      text=decision.text, **self.log_fields)
+            self.turn_taker.drop_speculation()  # a reply worked out for these words is not wanted
             self.turn_taker.restart_no_input()
             return
         log.info("call {call_id} end of turn ({reason}, {speech:.0f} ms of speech, {silence:.0f} ms silence): "

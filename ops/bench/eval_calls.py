@@ -437,6 +437,19 @@ def prompt_holes(outcomes: Sequence[ItemOutcome], record: Mapping[str, Any]) -> 
     return out
 
 
+def false_stop(o: ItemOutcome, hole_ms: float | None) -> bool | None:
+    """For a noise or backchannel: was it a false stop (True), not one (False), or not over a
+    prompt at all (None)? With the server's pauses (*hole_ms* not None) it was over a prompt when
+    the wire says so or the server paused a prompt for it (an onset in a gap between sentences),
+    and a false stop when that pause lasted HOLE_MS or more; without them, the wire decides."""
+    on_wire = o.outcome in ("false_barge_in", "kept_talking")
+    if hole_ms is None:
+        return o.outcome == "false_barge_in" if on_wire else None
+    if not (on_wire or hole_ms):
+        return None
+    return hole_ms >= HOLE_MS
+
+
 def pause_bucket(pause_ms: int) -> str:
     for lo, hi in PAUSE_BUCKETS_MS:
         if lo <= pause_ms < hi:
@@ -499,15 +512,12 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
                 in_pause += o.item.in_pause(started)
                 premature += not r.tail_overlap
         if o.item.kind in OVER_SPEECH_KINDS:
-            on_wire = o.outcome in ("false_barge_in", "kept_talking")
-            over_wire += on_wire
+            over_wire += o.outcome in ("false_barge_in", "kept_talking")
             false_stops_wire += o.outcome == "false_barge_in"
-            # Over a prompt by the wire (the agent's voice went on across the onset), or by the
-            # server (it paused a prompt for the item: the onset fell in a gap between sentences).
-            if on_wire or r.hole_ms:
+            stopped = false_stop(o, r.hole_ms)
+            if stopped is not None:
                 over += 1
-                false_stops += (r.hole_ms or 0.0) >= HOLE_MS if r.hole_ms is not None else \
-                    o.outcome == "false_barge_in"
+                false_stops += stopped
     return {"items": len(rows), "turn_latency_ms": _stats(latency), "barge_in_stop_ms": _stats(barge),
             "understood": [got, asked], "understood_same_outcome": [same, asked],
             "split_turns": split, "cut_ins_all_turns": [turn_cut_ins, turns], "paused_turns": paused, "cut_ins": cut_ins, "premature_cut_ins": premature, "cut_ins_in_pause": in_pause,
