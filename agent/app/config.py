@@ -130,6 +130,9 @@ class SpeechSettings:
     stop_history_ms: int = 300
     #: send each call's expected phrases to the recogniser (Riva ``speech_contexts``)
     phrase_hints: bool = True
+    #: readings of each recognition result to ask for (Riva ``max_alternatives``, 1-5): words
+    #: that select nothing may select an intent by another reading (docs/speech.md)
+    alternatives: int = 4
     #: the embedded speech server decodes hinted streams beside the general model too
     #: (open speech heard better, about three times the decoding CPU: docs/speech.md)
     embedded_general_alongside_hints: bool = False
@@ -511,7 +514,7 @@ def load_config(path: str | None) -> ServerConfig:
 
     speech = SpeechSettings()
     if (r := top.sub("speech")) is not None:
-        r.check_keys(("regions", "routing", "voice", "stop_history_ms", "phrase_hints",
+        r.check_keys(("regions", "routing", "voice", "stop_history_ms", "phrase_hints", "alternatives",
                       "embedded_general_alongside_hints", "embedded_open_speech"))
         regions: list[RegionSettings] = []
         rn = r.values.get("regions")
@@ -548,6 +551,8 @@ def load_config(path: str | None) -> ServerConfig:
         speech = SpeechSettings(regions=tuple(regions), routing=routing, voice=r.get("voice", str, speech.voice),
                                 stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive),
                                 phrase_hints=r.get("phrase_hints", bool, speech.phrase_hints),
+                                alternatives=r.get("alternatives", int, speech.alternatives,
+                                                   lambda v: None if 1 <= v <= 5 else "expected 1 to 5"),
                                 embedded_general_alongside_hints=r.get(
                                     "embedded_general_alongside_hints", bool,
                                     speech.embedded_general_alongside_hints))

@@ -515,6 +515,7 @@ class AgentServer:
             vad=VadConfig(start_ms=self.config.media.speech_start_ms, end_ms=vad_end_ms),
             stop_history_ms=self.config.speech.stop_history_ms,
             phrase_hints=self.config.speech.phrase_hints,
+            alternatives=self.config.speech.alternatives,
             first_prompt_delay_ms=self.config.media.first_prompt_delay_ms,
             endpointer=EndpointerConfig(
                 complete_silence_ms=self.config.endpointing.complete_silence_ms,

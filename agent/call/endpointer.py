@@ -112,6 +112,8 @@ class EndOfTurn:
     speech_s: float = 0.0
     #: the recogniser's confidence in the words, when they are all its final results (else None)
     confidence: float | None = None
+    #: the recogniser's other readings of the words, likeliest first (often none)
+    alternatives: tuple[str, ...] = ()
 
     @property
     def silence_s(self) -> float:
@@ -340,6 +342,11 @@ class TranscriptAssembler:
         self._aside_at: float | None = None
         #: the recogniser's confidence in each of the turn's finals (None: not given)
         self._confidences: list[float | None] = []
+        #: the recogniser's other readings of the next result to come (:meth:`on_alternatives`)
+        self._next_readings: tuple[str, ...] = ()
+        #: ... of the open utterance's interim, and of the turn's last final
+        self._interim_readings: tuple[str, ...] = ()
+        self._final_readings: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -354,6 +361,29 @@ class TranscriptAssembler:
         return min(c for c in self._confidences if c is not None)
 
     @property
+    def alternatives(self) -> tuple[str, ...]:
+        """Other readings of the turn's words (:attr:`text`): the recogniser's other readings of
+        its latest result (the interim, else the last final), each after the turn's earlier
+        finals and without the words a turn decision already took."""
+        if self._interim:
+            before, readings = self._finals, self._interim_readings
+        elif self._finals:
+            before, readings = self._finals[:-1], self._final_readings
+        else:
+            return ()
+        out = []
+        for reading in readings:
+            rest = self._strip(words(reading))
+            text = " ".join(x for x in [*before, " ".join(rest)] if x)
+            if rest and text != self.text and text not in out:
+                out.append(text)
+        return tuple(out)
+
+    def on_alternatives(self, readings: tuple[str, ...]) -> None:
+        """The recogniser's other readings of the result that comes next (interim or final)."""
+        self._next_readings = tuple(readings)
+
+    @property
     def awaiting_final(self) -> bool:
         """Are some of the words still the open utterance's interim (also when a turn has taken
         them), with no final for them yet?"""
@@ -361,6 +391,7 @@ class TranscriptAssembler:
 
     def on_interim(self, text: str) -> str:
         self._interim = " ".join(self._strip(words(text)))
+        self._interim_readings, self._next_readings = self._next_readings, ()
         return self.text
 
     def on_final(self, text: str, last_voice_at: float | None = None,
@@ -373,14 +404,17 @@ class TranscriptAssembler:
         "yeah" ending as "you have"): it is dropped with the turn's words, which would otherwise
         start the next voice's."""
         rest = self._strip(words(text))
+        readings, self._next_readings = self._next_readings, ()
         extra = rest if self._taken else []
         revision = self._aside_at is not None and last_voice_at is not None and last_voice_at <= self._aside_at
         self._interim, self._consumed, self._taken, self._aside_at = "", [], False, None
+        self._interim_readings = ()
         if revision:
             self._finals, self._confidences = [], []
         elif rest:
             self._finals.append(" ".join(rest))
             self._confidences.append(confidence)
+            self._final_readings = readings
         return self.text, extra
 
     def consume(self) -> str:
@@ -405,6 +439,7 @@ class TranscriptAssembler:
     def restore(self, state: TranscriptState) -> None:
         finals, self._interim, consumed, self._taken, self._aside_at = state
         self._finals, self._consumed = list(finals), list(consumed)
+        self._interim_readings = self._final_readings = ()  # not kept in a snapshot either
         self._confidences = [None] * len(self._finals)  # not kept in a snapshot: unknown again
 
     def reset(self) -> None:
@@ -412,11 +447,13 @@ class TranscriptAssembler:
         final may still come)."""
         self._finals, self._interim, self._consumed, self._taken = [], "", [], False
         self._confidences = []
+        self._interim_readings = self._final_readings = ()
 
     def _move_interim(self) -> None:
         self._consumed = self._consumed + words(self._interim)
         self._finals, self._confidences = [], []
         self._interim = ""
+        self._interim_readings = self._final_readings = ()
 
     def _strip(self, ws: list[str]) -> list[str]:
         n = len(self._consumed)

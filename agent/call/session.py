@@ -64,6 +64,9 @@ class SessionSettings:
     stop_history_ms: int = 300
     #: send the dialogue's expected phrases as recognition hints
     phrase_hints: bool = True
+    #: readings of each recognition result to ask for (1: the likeliest only); words that
+    #: select nothing may select an intent by another (docs/speech.md, "Other readings")
+    alternatives: int = 4
     asr_reopen_limit: int = 3
     #: what a caller's voice over an interruptible prompt must be to take the turn
     barge_in: BargeInConfig = field(default_factory=BargeInConfig)
@@ -249,12 +252,15 @@ class CallSession:
         try:
             options = RecognitionOptions(
                 sample_rate_hz=self._asr_rate_hz, stop_history_ms=self.settings.stop_history_ms,
-                phrases=tuple(getattr(self.dialogue, "phrase_hints", ())) if self.settings.phrase_hints else ())
+                phrases=tuple(getattr(self.dialogue, "phrase_hints", ())) if self.settings.phrase_hints else (),
+                max_alternatives=self.settings.alternatives)
             stream = self._speech.open_recognition(
                 options,
                 on_interim=lambda text: self._reactor.callFromThread(self._on_interim, text),
                 on_final=lambda text, conf: self._reactor.callFromThread(self._on_final, text, conf),
-                on_error=lambda err: self._reactor.callFromThread(self._on_asr_error, err))
+                on_error=lambda err: self._reactor.callFromThread(self._on_asr_error, err),
+                on_alternatives=(None if self.settings.alternatives <= 1 else
+                                 lambda texts: self._reactor.callFromThread(self.transcripts.on_alternatives, texts)))
         except Exception as e:  # speech backend down: the call goes on with DTMF
             self._on_asr_error(e)
             return
@@ -371,7 +377,7 @@ class CallSession:
             return
         if spec is not None:
             self.turn_taker.drop_speculation(spec)
-        self._answer(decision.text, decision.confidence)
+        self._answer(decision.text, decision.confidence, decision.alternatives)
 
     def _only_acknowledged(self, text: str) -> bool:
         """Are *text*'s words only an acknowledgement or a hesitation, at an ask that offers
@@ -382,9 +388,9 @@ class CallSession:
                 and not listen.collecting_digits and is_backchannel(text)
                 and self.dialogue.peek_intent(text) is None)
 
-    def _answer(self, text: str, confidence: float | None) -> None:
+    def _answer(self, text: str, confidence: float | None, alternatives: tuple[str, ...] = ()) -> None:
         t0 = self._reactor.seconds()
-        actions = self.dialogue.on_transcript(text, confidence=confidence)
+        actions = self.dialogue.on_transcript(text, confidence=confidence, alternatives=alternatives)
         if self._metrics:
             self._metrics.dialogue_step.observe(self._reactor.seconds() - t0)
         self._run(actions)

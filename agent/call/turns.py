@@ -10,7 +10,7 @@ if the turn ends on the same words, and it is dropped, unheard, if the caller go
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from twisted.internet.interfaces import IDelayedCall
@@ -39,10 +39,13 @@ class Speculation:
     streams: tuple[SynthesisStream, ...] = ()
     #: the recogniser's confidence the dialogue was given with the words
     confidence: float | None = None
+    #: and its other readings of them
+    alternatives: tuple[str, ...] = ()
 
     def answers(self, decision: EndOfTurn) -> bool:
-        """Was this reply worked out on the words (and confidence) the turn ended with?"""
-        return self.text == decision.text and self.confidence == decision.confidence
+        """Was this reply worked out on the words (confidence, other readings) the turn ended with?"""
+        return (self.text == decision.text and self.confidence == decision.confidence
+                and self.alternatives == decision.alternatives)
 
 
 class TurnTaker:
@@ -164,7 +167,9 @@ class TurnTaker:
         are answered ahead; once they are quiet, any words not left unfinished (the reply to
         "my card" is ready if the longer silence confirms it)."""
         spec = self.speculation
-        if spec is not None and spec.text == text and spec.confidence == confidence:
+        alternatives = self.transcripts.alternatives if text == self.transcripts.text else ()
+        if (spec is not None and spec.text == text and spec.confidence == confidence
+                and spec.alternatives == alternatives):
             return
         if not text or not self.listening:
             self.drop_speculation()
@@ -177,7 +182,7 @@ class TurnTaker:
         self.drop_speculation()
         t0 = self._reactor.seconds()
         fork = self._dialogue().fork()
-        actions = fork.on_transcript(text, confidence=confidence)
+        actions = fork.on_transcript(text, confidence=confidence, alternatives=alternatives)
         if self._metrics:
             self._metrics.dialogue_step.observe(self._reactor.seconds() - t0)
         prepared: dict[str, list[bytes]] = {}
@@ -187,7 +192,7 @@ class TurnTaker:
         if first is not None and ahead is not None:
             prepared[first.text], stream = ahead
             streams.append(stream)
-        self.speculation = Speculation(text, fork, tuple(actions), prepared, tuple(streams), confidence)
+        self.speculation = Speculation(text, fork, tuple(actions), prepared, tuple(streams), confidence, alternatives)
 
     # -- endpointing ----------------------------------------------------------------
     def _handle(self, decision: EndOfTurn | None) -> None:
@@ -195,6 +200,8 @@ class TurnTaker:
             self._schedule_poll()
             return
         self._cancel_endpoint_timer()
+        if decision.text and decision.text == self.transcripts.text:
+            decision = replace(decision, alternatives=self.transcripts.alternatives)
         self.transcripts.consume()
         if self._metrics:
             self._metrics.endpoint_silence.labels(decision.reason).observe(max(0.0, decision.silence_s))

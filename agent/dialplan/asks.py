@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Callable
 
@@ -85,6 +86,26 @@ def match_intent(ask: AskStep, text: str, by_meaning: bool = True) -> IntentMatc
     if match is not None and intent_named(ask, match).slots:
         return match
     return None
+
+
+#: another reading of the caller's words selects an intent only this close or closer (by the
+#: examples' words, or by meaning well over the matcher's floor; chosen on the dev half:
+#: docs/evaluation.md, "Other readings")
+ALTERNATIVE_MIN_SCORE = 0.75
+
+
+def match_alternative(ask: AskStep, alternatives: Sequence[str]) -> tuple[str, IntentMatch] | None:
+    """For words that select nothing at *ask*: the intent the recogniser's other readings of
+    them (likeliest first) select most often with a score of at least
+    :data:`ALTERNATIVE_MIN_SCORE` (a tie: the one met first), and its first such reading."""
+    found: dict[str, list[tuple[str, IntentMatch]]] = {}
+    for text in alternatives:
+        match = match_intent(ask, text)
+        if match is not None and match.score >= ALTERNATIVE_MIN_SCORE:
+            found.setdefault(match.name, []).append((text, match))
+    if not found:
+        return None
+    return max(found.values(), key=len)[0]
 
 
 def sure_enough(ask: AskStep, match: IntentMatch, confidence: float | None) -> bool:

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from agent.dialplan.actions import (
     Action, AskModel, CallWebhook, DialogueEvent, Hangup, Listen, Record, Say, Transfer,
     WebhookRequest, WebhookResult,
 )
 from agent.dialplan.asks import (
-    DTMF_KEYS, intent_named, listen_for, match_intent, peek_match, said_in_words, sure_enough,
+    DTMF_KEYS, intent_named, listen_for, match_alternative, match_intent, peek_match, said_in_words, sure_enough,
 )
 from agent.dialplan.escalation import END, OFFER, Question
 from agent.dialplan.intents import IntentMatch, normalize
@@ -174,7 +174,7 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
                 path.append(where)
             elif event.kind == "intent":
                 intents.append({"step": where, "intent": event.intent, "score": event.score,
-                                "input": event.text})
+                                "input": event.text, **(event.data or {})})
             elif event.kind in ("set", "slot") and event.data:
                 variables.update(event.data)
             elif event.kind in ("webhook", "webhook_failed"):
@@ -202,12 +202,16 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         self._apply_defaults(self._entry.variables)
         return self._run(self._flow.steps[0].id)
 
-    def on_transcript(self, text: str, confidence: float | None = None) -> list[Action]:
+    def on_transcript(self, text: str, confidence: float | None = None,
+                      alternatives: Sequence[str] = ()) -> list[Action]:
         """A final recognition result of a whole turn. Ignored unless an ask is waiting.
 
         *confidence* is the recogniser's (0..1; None: unknown, only the intent score counts).
         An answer that would end or transfer the call is acted on only when both are high
         (the ask's ``confirm`` settings); otherwise the caller is asked to confirm it.
+        *alternatives* are the recogniser's other readings of the turn, likeliest first: when
+        *text* selects nothing at an ask, one of them may (:func:`match_alternative`); ending
+        or transferring the call on one is always confirmed first.
         """
         if self.ended:
             return []
@@ -223,9 +227,10 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         self._variables["input.mode"] = "speech"
         if self._question is not None:
             return self._answer_question(ask, parse_yes_no(text), text, confidence)
-        return self._heard(ask, text, confidence)
+        return self._heard(ask, text, confidence, alternatives)
 
-    def _heard(self, ask: AskStep, text: str, confidence: float | None) -> list[Action]:
+    def _heard(self, ask: AskStep, text: str, confidence: float | None,
+               alternatives: Sequence[str] = ()) -> list[Action]:
         """What the caller said at *ask* (no question open)."""
         if not ask.speech:
             return self._reprompt_or_give_up(ask, "no_match")
@@ -244,6 +249,16 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         if slot is not None and slot.type == "text" and text.strip():
             if slot.accepts(text.strip()):
                 return self._filled(ask, text.strip())
+        other = match_alternative(ask, alternatives)
+        if other is not None:
+            # The recogniser's first reading selects nothing, another does: taken, but never
+            # sure enough to end or transfer the call without asking.
+            heard, match = other
+            intent = intent_named(ask, match)
+            kind = self._consequence(ask, intent)
+            if kind is not None:
+                return self._ask_question(ask, Question(kind, intent.goto, intent, match, heard, heard_as=heard))
+            return self._answered(ask, intent, match, heard, heard_as=heard)
         return self._reprompt_or_give_up(ask, "no_match")
 
     def on_dtmf(self, digit: str) -> list[Action]:
@@ -462,9 +477,10 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         return self._run(self._flow.successor(ask))
 
     def _answered(
-        self, ask: AskStep, intent: Intent, match: IntentMatch, text: str | None
+        self, ask: AskStep, intent: Intent, match: IntentMatch, text: str | None, heard_as: str | None = None
     ) -> list[Action]:
-        self._record("intent", text=match.example, intent=intent.name, score=match.score)
+        self._record("intent", text=match.example, intent=intent.name, score=match.score,
+                     data={"heard_as": heard_as} if heard_as is not None else None)
         self._variables["intent"] = intent.name
         self._variables["intent.score"] = str(match.score)
         self._variables["intent.text"] = text if text is not None else match.example
@@ -585,7 +601,7 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
                 self._mode = IDLE
                 return self._run(question.target)
             assert question.intent is not None and question.match is not None
-            return self._answered(ask, question.intent, question.match, question.text)
+            return self._answered(ask, question.intent, question.match, question.text, question.heard_as)
         if question.kind == OFFER and self._no_match_count > ask.no_match.limit:
             return self._give_up(ask, ask.no_match, "no_match")
         actions: list[Action] = []

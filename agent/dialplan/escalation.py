@@ -81,6 +81,7 @@ class Question:
 
     *kind* :data:`END` or :data:`TRANSFER` (confirm the answer *intent*, heard as *text* with
     *match*) or :data:`OFFER` (a person, at step *target*). *repeated*: asked a second time.
+    *heard_as*: the answer was taken from the recogniser's other reading of the caller's words.
     """
 
     kind: str
@@ -89,3 +90,5 @@ class Question:
     match: IntentMatch | None = None
     text: str | None = None
     repeated: bool = False
+    #: the recogniser's other reading the answer was taken from (None: its first)
+    heard_as: str | None = None

@@ -48,6 +48,9 @@ class RecognitionOptions:
     model: str = ""
     #: the call this stream serves, sent as ``x-openclaw-call-id`` request metadata ("": none)
     call_id: str = ""
+    #: readings of each result to ask for (Riva ``max_alternatives``); the others than the
+    #: first reach ``on_alternatives``
+    max_alternatives: int = 1
 
 
 class RecognitionStream(Protocol):
@@ -64,7 +67,9 @@ class Speech(Protocol):
 
     def open_recognition(self, options: RecognitionOptions, *, on_interim: Callable[[str], None],
                          on_final: Callable[[str, float], None],
-                         on_error: Callable[[Exception], None]) -> RecognitionStream: ...
+                         on_error: Callable[[Exception], None],
+                         on_alternatives: Callable[[tuple[str, ...]], None] | None = None,
+                         ) -> RecognitionStream: ...
 
     def synthesize_stream(self, text: str, *, sample_rate_hz: int, on_audio: Callable[[bytes], None],
                           on_done: Callable[[], None], on_error: Callable[[Exception], None],
@@ -78,6 +83,7 @@ class SpeechEndpointClient(Protocol):
     def open_recognition(self, options: RecognitionOptions, *, on_interim: Callable[[str], None],
                          on_final: Callable[[str, float], None], on_error: Callable[[Exception], None],
                          on_final_marks: Callable[[float | None, float], None] | None = None,
+                         on_alternatives: Callable[[tuple[str, ...]], None] | None = None,
                          ) -> RecognitionStream: ...
 
     def synthesize_stream(self, text: str, *, sample_rate_hz: int, on_audio: Callable[[bytes], None],

@@ -114,10 +114,12 @@ class RecognitionStream:
         max_queue_chunks: int = DEFAULT_QUEUE_CHUNKS,
         on_final_marks: Callable[[float | None, float], None] | None = None,
         extra_metadata: tuple[tuple[str, str], ...] = (),
+        on_alternatives: Callable[[tuple[str, ...]], None] | None = None,
     ) -> None:
         self._asr = asr
         self._extra_metadata = extra_metadata
         self._on_final_marks = on_final_marks
+        self._on_alternatives = on_alternatives
         self._config = streaming_config
         self._on_interim = on_interim
         self._on_final = on_final
@@ -214,6 +216,7 @@ class RecognitionStream:
 
     def _dispatch(self, response: riva_asr_pb2.StreamingRecognizeResponse) -> None:
         interim_parts: list[str] = []
+        interim_others: tuple[str, ...] = ()
         for result in response.results:
             if not result.alternatives:
                 continue
@@ -225,11 +228,22 @@ class RecognitionStream:
                         words = alternative.words
                         end_s = max(w.end_time for w in words) / 1000.0 if words else None
                         self._gate.run(self._on_final_marks, end_s, float(result.audio_processed))
+                    if self._on_alternatives is not None:
+                        self._gate.run(self._on_alternatives, _other_readings(result))
                     self._gate.run(self._on_final, text, float(alternative.confidence))
             elif text:
                 interim_parts.append(text)
+                interim_others = _other_readings(result)
         if interim_parts:
+            if self._on_alternatives is not None:
+                # Other readings of one interim result; none for words joined from several.
+                self._gate.run(self._on_alternatives, interim_others if len(interim_parts) == 1 else ())
             self._gate.run(self._on_interim, " ".join(interim_parts))
+
+
+def _other_readings(result: riva_asr_pb2.StreamingRecognitionResult) -> tuple[str, ...]:
+    """A result's alternatives after its first, as words (empty ones left out)."""
+    return tuple(t for t in (a.transcript.strip() for a in result.alternatives[1:]) if t)
 
 
 class SynthesisStream:
@@ -403,19 +417,22 @@ class SpeechClient:
         on_final: Callable[[str, float], None],
         on_error: Callable[[Exception], None],
         on_final_marks: Callable[[float | None, float], None] | None = None,
+        on_alternatives: Callable[[tuple[str, ...]], None] | None = None,
     ) -> RecognitionStream:
         """Start a streaming recognition of pcm16 mono audio described by *options*.
 
         ``on_final_marks(last_word_end_s, audio_processed_s)``, when given, runs right
         before ``on_final`` of the same result (word time offsets are then requested); it
-        tells where in the stream a final ends. Callbacks run on the stream's worker thread.
+        tells where in the stream a final ends. ``on_alternatives(readings)``, when given, runs
+        right before each ``on_interim`` and ``on_final`` with the result's other readings
+        (``options.max_alternatives``; often none). Callbacks run on the stream's worker thread.
         """
         config = riva_asr_pb2.RecognitionConfig(
             encoding=riva.client.AudioEncoding.LINEAR_PCM,
             sample_rate_hertz=options.sample_rate_hz,
             language_code=options.language_code or self.language_code,
             model=options.model,
-            max_alternatives=1,
+            max_alternatives=max(1, options.max_alternatives),
             audio_channel_count=1,
             enable_word_time_offsets=on_final_marks is not None,
         )
@@ -428,6 +445,7 @@ class SpeechClient:
         stream = RecognitionStream(
             self._asr, streaming_config, on_interim=on_interim, on_final=on_final, on_error=on_error,
             on_final_marks=on_final_marks, extra_metadata=call_metadata(options.call_id),
+            on_alternatives=on_alternatives,
         )
         self._track(stream)
         return stream

@@ -195,6 +195,7 @@ class RegionalSpeech:
         on_interim: Callable[[str], None],
         on_final: Callable[[str, float], None],
         on_error: Callable[[Exception], None],
+        on_alternatives: Callable[[tuple[str, ...]], None] | None = None,
     ) -> FailoverRecognitionStream:
         self._ensure_usable()
         if self.language_code and not options.language_code:
@@ -203,7 +204,8 @@ class RegionalSpeech:
             options = replace(options, model=self.asr_model)
         if self.call_id and not options.call_id:
             options = replace(options, call_id=self.call_id)
-        stream = FailoverRecognitionStream(self, options, on_interim=on_interim, on_final=on_final, on_error=on_error)
+        stream = FailoverRecognitionStream(self, options, on_interim=on_interim, on_final=on_final, on_error=on_error,
+                                           on_alternatives=on_alternatives)
         self._streams.add(stream)
         return stream
 

@@ -63,6 +63,7 @@ class FailoverRecognitionStream:
         on_interim: Callable[[str], None],
         on_final: Callable[[str, float], None],
         on_error: Callable[[Exception], None],
+        on_alternatives: Callable[[tuple[str, ...]], None] | None = None,
     ) -> None:
         self._owner = owner
         self._reactor = owner.reactor
@@ -74,6 +75,7 @@ class FailoverRecognitionStream:
         self._on_interim = on_interim
         self._on_final = on_final
         self._on_error = on_error
+        self._on_alternatives = on_alternatives
         self._lock = threading.Lock()
         self._meter = VoicingMeter(sample_rate_hz=self._rate)
         self._buffer = ReplayBuffer(
@@ -172,6 +174,8 @@ class FailoverRecognitionStream:
             on_final=lambda text, conf: self._reactor.callFromThread(self._inner_final, g, text, conf),
             on_error=lambda err: self._inner_failed(g, err),
             on_final_marks=lambda end_s, processed_s: self._marks.__setitem__(g, (end_s, processed_s)),
+            on_alternatives=(None if self._on_alternatives is None else
+                             lambda texts: self._reactor.callFromThread(self._inner_alternatives, g, texts)),
         )
         self._acquire()
         now = self._reactor.seconds()
@@ -192,6 +196,11 @@ class FailoverRecognitionStream:
         with self._lock:
             self._errored.add(g)
         self._reactor.callFromThread(self._inner_error, g, err)
+
+    def _inner_alternatives(self, g: int, texts: tuple[str, ...]) -> None:
+        # Comes right before the interim or final it belongs to, on the same thread.
+        if not self._closed and g == self._gen and self._on_alternatives is not None:
+            self._on_alternatives(texts)
 
     def _inner_interim(self, g: int, text: str) -> None:
         if self._closed or g != self._gen:

@@ -989,3 +989,38 @@ def test_the_last_word_is_heard_soon_after_the_voice_ends() -> None:
         session.close()
     assert finals == ["check my balance"]
     assert heard_at_ms is not None and heard_at_ms - item["voiced_end_ms"] <= 70, heard_at_ms
+
+
+def test_client_asks_for_other_readings_and_gets_them_before_each_result(client: SpeechClient) -> None:
+    """max_alternatives 4: Whisper's beam gives some utterances other readings, each delivered
+    right before the interim or final it belongs to, never repeating it or each other; 1 (the
+    default) gives none (the callback hears an empty tuple)."""
+    def readings_of(text: str, n: int) -> list[tuple[str, object]]:
+        rec = Recorder()
+        stream = client.open_recognition(
+            RecognitionOptions(sample_rate_hz=8000, stop_history_ms=400, max_alternatives=n),
+            on_interim=rec.on_interim, on_final=rec.on_final, on_error=rec.on_error,
+            on_alternatives=lambda texts: rec._add("alternatives", texts))
+        for chunk in chunks(silence_8k(0.3) + convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(speech_8k(text)))
+                            + silence_8k(0.8)):
+            stream.push_audio(chunk)
+        assert rec.final.wait(RPC_TIMEOUT_S)
+        stream.end_input()
+        assert stream.wait_done(RPC_TIMEOUT_S)
+        stream.close()
+        return list(rec.events)
+
+    found = 0
+    for text in ("What time do you close?", "I want to speak to a person.", "Nothing else."):
+        events = readings_of(text, 4)
+        kinds = [k for k, _ in events]
+        for i, (kind, value) in enumerate(events):
+            if kind in ("interim", "final"):
+                assert i > 0 and kinds[i - 1] == "alternatives", events
+                words = value if kind == "interim" else value[0]  # type: ignore[index]
+                others = events[i - 1][1]
+                assert isinstance(others, tuple) and len(others) <= 3 and words not in others, events
+                assert len(set(others)) == len(others), events
+                found += bool(others)
+    assert found, "no utterance had another reading"
+    assert all(v == () for k, v in readings_of("What time do you close?", 1) if k == "alternatives")

@@ -133,3 +133,16 @@ def test_embedded_open_speech_defaults_to_whisper_and_is_checked(tmp_path) -> No
     with pytest.raises(ConfigError) as err:
         load_config(str(p))
     assert "expected general with embedded_general_alongside_hints: true" in str(err.value)
+
+
+def test_speech_alternatives_default_to_four_and_are_bounded(tmp_path) -> None:
+    """speech.alternatives: 4 readings unless set; 1 to 5, else an error at its line."""
+    assert load_config(None).speech.alternatives == 4
+    p = tmp_path / "c.yaml"
+    p.write_text("speech:\n  alternatives: 1\n")
+    assert load_config(str(p)).speech.alternatives == 1
+    for bad in ("0", "6"):
+        p.write_text(f"speech:\n  alternatives: {bad}\n")
+        with pytest.raises(ConfigError) as err:
+            load_config(str(p))
+        assert "c.yaml:2" in str(err.value) and "config.speech.alternatives: expected 1 to 5" in str(err.value)

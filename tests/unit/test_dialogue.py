@@ -435,3 +435,48 @@ def test_call_variables_flatten_nested_config() -> None:
         "config.transfer_uri": "sip:a@b",
         "config.speech.voice": "rms",
     }
+
+
+# --------------------------------------------------------------------------- other readings
+
+
+def test_words_that_select_nothing_are_answered_by_another_reading(plan: Dialplan) -> None:
+    """The recogniser's first reading selects nothing; its second does, closely enough: the
+    balance is read out and the record says which reading it came from."""
+    session = started(plan)
+    actions = session.on_transcript("chuck mile ballots", alternatives=("chuck mile ballots please",
+                                                                        "check my balance"))
+    assert "account balance" in says(actions)[0]
+    assert session.call_record()["intents"][-1]["intent"] == "balance"
+    assert session.call_record()["intents"][-1]["heard_as"] == "check my balance"
+
+
+def test_a_first_reading_that_selects_an_intent_is_kept(plan: Dialplan) -> None:
+    session = started(plan)
+    actions = session.on_transcript("what are your opening hours", alternatives=("check my balance",))
+    assert "We are open" in says(actions)[0]
+    assert "heard_as" not in session.call_record()["intents"][-1]
+
+
+def test_another_reading_never_ends_the_call_without_asking(plan: Dialplan) -> None:
+    """A goodbye found only in another reading is confirmed first, however plain its words."""
+    session = started(plan)
+    actions = session.on_transcript("hmm the the", alternatives=("goodbye",))
+    assert says(actions) == ["Do you want to end the call?"] and not session.ended
+    actions = session.on_transcript("yes")
+    assert kinds(actions)[-1] == "Hangup" and session.ended
+    assert session.call_record()["intents"][-1]["heard_as"] == "goodbye"
+
+
+def test_a_distant_other_reading_is_no_answer(plan: Dialplan) -> None:
+    """Other readings count only with a close match: a loose one is a no-match, as the first is."""
+    from agent.dialplan.asks import ALTERNATIVE_MIN_SCORE, match_intent
+    from agent.dialplan.model import AskStep
+
+    ask = next(s for s in plan.flows["main"].steps if isinstance(s, AskStep) and s.id == "menu")
+    loose = "uh the money thing"
+    match = match_intent(ask, loose)
+    assert match is None or match.score < ALTERNATIVE_MIN_SCORE
+    session = started(plan)
+    actions = session.on_transcript("hmm the the", alternatives=(loose,))
+    assert says(actions)[0].startswith("Sorry, I did not understand")

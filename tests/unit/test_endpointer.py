@@ -307,3 +307,34 @@ def test_finished_words_with_no_intent_end_sooner_when_the_voice_fell():
         assert ep.poll(ms(1000 + need_ms - 1)) is None
         d = ep.poll(ms(1000 + need_ms))
         assert d is not None and d.reason == "finished"
+
+
+def test_assembler_gives_the_other_readings_of_the_latest_result_after_the_turns_earlier_words():
+    a = TranscriptAssembler()
+    a.on_interim("i would like")
+    a.on_final("i would like to")
+    assert a.alternatives == ()
+    a.on_alternatives(("check my balance", "check the balance"))
+    a.on_interim("chuck my ballot")
+    assert a.alternatives == ("i would like to check my balance", "i would like to check the balance")
+    # The final comes with its own readings, or none.
+    a.on_alternatives(("check my balance",))
+    a.on_final("chuck my ballot")
+    assert a.alternatives == ("i would like to check my balance",)
+    a.on_final("please")
+    assert a.alternatives == ()
+
+
+def test_assembler_readings_lose_the_words_a_decision_took_and_are_gone_after_it():
+    a = TranscriptAssembler()
+    a.on_alternatives(("check my balance",))
+    a.on_interim("chuck my")
+    a.consume()
+    assert a.alternatives == ()
+    a.on_alternatives(("check my balance please", "chuck my", "chuck my balance lease"))
+    assert a.on_interim("chuck my balance please") == "balance please"
+    # Past the two words taken, the first reading is the words themselves and the second is
+    # nothing: only the third is another reading.
+    assert a.alternatives == ("balance lease",)
+    a.reset()
+    assert a.alternatives == ()

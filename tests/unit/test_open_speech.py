@@ -18,13 +18,17 @@ from tests.unit.test_recognizer_flush import FakeDecoder, LevelClassifier, silen
 class ScriptedTranscriber:
     """Says *text*; records the length of each audio it was given."""
 
-    def __init__(self, text: str = "my card was stolen yesterday") -> None:
+    def __init__(self, text: str = "my card was stolen yesterday", alternatives: tuple[str, ...] = ()) -> None:
         self.text = text
+        self.alternatives = alternatives
         self.calls: list[int] = []
+        #: the readings asked for, per call
+        self.asked: list[int] = []
 
-    def transcribe(self, pcm16k: bytes) -> Transcript:
+    def transcribe(self, pcm16k: bytes, alternatives: int = 1) -> Transcript:
         self.calls.append(len(pcm16k))
-        return Transcript(self.text, 0.8)
+        self.asked.append(alternatives)
+        return Transcript(self.text, 0.8, self.alternatives[:alternatives - 1])
 
 
 @dataclass
@@ -170,3 +174,46 @@ def test_a_tone_is_not_speech() -> None:
     beep = struct.pack(f"<{n}h", *(int(3000 * math.sin(2 * math.pi * 440 * i / 16000)) for i in range(n)))
     heard = WhisperTranscriber().transcribe(beep)
     assert len(heard.text.split()) <= 3, heard
+
+
+def test_the_other_readings_are_whispers_and_only_when_its_words_are_used() -> None:
+    """Asked for four readings, the decoder asks Whisper for four and passes on its other three
+    with the interim and the final; words the hint decoder keeps have none."""
+    others = ("my car was stolen yesterday", "my card was stolen today", "by card was stolen yesterday")
+    whisper = ScriptedTranscriber(alternatives=others)
+    decoder = OpenSpeechDecoder(WordsDecoder("with tell and had care day"), whisper, Judge(frozenset({"balance"})), 4)
+    events = run(decoder, silence(200) + tone(600) + silence(500))
+    assert whisper.asked and set(whisper.asked) == {4}
+    finals = [e for e in events if isinstance(e, FinalHypothesis)]
+    assert [f.alternatives for f in finals] == [others]
+    assert [e.alternatives for e in events if isinstance(e, InterimHypothesis)][-1] == others
+
+    kept = OpenSpeechDecoder(WordsDecoder("check my balance"), ScriptedTranscriber(alternatives=others),
+                             Judge(frozenset("check my balance".split())), 4)
+    finals = [e for e in run(kept, silence(200) + tone(600) + silence(500)) if isinstance(e, FinalHypothesis)]
+    assert [(f.transcript, f.alternatives) for f in finals] == [("check my balance", ())]
+
+
+def test_one_reading_asked_is_a_greedy_whisper_run_with_none_other() -> None:
+    whisper = ScriptedTranscriber(alternatives=("my car was stolen yesterday",))
+    decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, Judge(frozenset({"balance"})))
+    finals = [e for e in run(decoder, silence(200) + tone(600) + silence(500)) if isinstance(e, FinalHypothesis)]
+    assert set(whisper.asked) == {1} and finals[0].alternatives == ()
+
+
+def test_the_bundled_models_beam_gives_other_distinct_readings() -> None:
+    """Over a telephone line (8 kHz µ-law) a beam of four reads some phrases more than one way;
+    the other readings are never the first one again, nor each other."""
+    from agent.speech.server.whisper import WhisperTranscriber
+    from media import convert
+
+    whisper = WhisperTranscriber()
+    heard = []
+    for text in ("what time do you close", "i want to speak to a person", "nothing else"):
+        line = convert.resample(_flite_16k(text), 16000, 8000)
+        pcm = convert.resample(convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(line)), 8000, 16000)
+        heard.append(whisper.transcribe(bytes(16000) + pcm, alternatives=4))
+    assert any(h.alternatives for h in heard), heard
+    for h in heard:
+        assert h.text and len(h.alternatives) <= 3, h
+        assert h.text not in h.alternatives and len(set(h.alternatives)) == len(h.alternatives), h

@@ -56,9 +56,10 @@ class FakeSpeech:
         self.streams: list[FakeStream] = []
         self.syntheses: list[FakeSynthesis] = []
 
-    def open_recognition(self, options, *, on_interim, on_final, on_error):
-        s = FakeStream(on_interim=on_interim, on_final=on_final, on_error=on_error)
+    def open_recognition(self, options, *, on_interim, on_final, on_error, on_alternatives=None):
+        s = FakeStream(on_interim=on_interim, on_final=on_final, on_error=on_error, on_alternatives=on_alternatives)
         s.phrases = options.phrases
+        s.max_alternatives = options.max_alternatives
         self.streams.append(s)
         return s
 
@@ -947,7 +948,7 @@ def test_the_dialogue_is_given_the_recognisers_confidence_in_a_final_turn():
     h.play_out()
     heard = []
     real = h.session.dialogue.on_transcript
-    h.session.dialogue.on_transcript = lambda text, confidence=None: heard.append(confidence) or real(text, confidence)
+    h.session.dialogue.on_transcript = lambda text, confidence=None, alternatives=(): heard.append(confidence) or real(text, confidence, alternatives)
     h.tick(40, caller=tone_frame())
     h.session._on_final("my balance", 0.73)  # undecided words: the turn ends 800 ms on
     h.tick(90)
@@ -990,3 +991,28 @@ def test_the_journal_hears_of_each_turn_and_its_reply_as_they_happen(tmp_path):
     replied = read_journal(journal.path)
     assert replied is not None and replied["turns"][-1]["latency_ms"] == h.session.turns[-1].latency_ms
     assert any(e["kind"] == "intent" and e["intent"] == "balance" for e in replied["dialogue"]), replied["dialogue"]
+
+
+def test_the_recognisers_other_readings_reach_the_dialogue_with_the_turn():
+    """The stream asks for four readings; an interim that selects nothing, with another reading
+    that does, is answered by that reading."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    stream = h.speech.streams[-1]
+    assert stream.max_alternatives == 4 and stream.callbacks["on_alternatives"] is not None
+    h.tick(10, caller=tone_frame())
+    stream.callbacks["on_alternatives"](("chuck mile ballots please", "check my balance"))
+    stream.callbacks["on_interim"]("chuck mile ballots")
+    h.tick(40, caller=tone_frame())
+    h.tick(100)
+    assert any("account balance" in text for text in h.said()), h.said()
+    assert h.session.dialogue.call_record()["intents"][-1]["heard_as"] == "check my balance"
+
+
+def test_one_reading_asked_for_sets_up_no_alternatives():
+    h = Harness()
+    h.session = CallSession("c2", h.dialogue, h.speech, h.control, h.reactor, prompts=Prompts(),
+                            settings=SessionSettings(alternatives=1))
+    h.session.start()
+    assert h.speech.streams[-1].max_alternatives == 1 and h.speech.streams[-1].callbacks["on_alternatives"] is None

@@ -632,3 +632,36 @@ def test_the_calls_language_and_model_go_with_every_stream_in_every_region() -> 
     assert (moved.language_code, moved.model) == ("en-GB", "parakeet-1.1b-en-US")
     collect_synthesis(w)
     assert w.client("b").syntheses[0].kw["language_code"] == "en-GB"
+
+
+def test_other_readings_follow_the_stream_and_not_an_old_region() -> None:
+    """A session asking for other readings gets the current region's, in order with the results
+    they belong to; the failed region's late ones are dropped like its results."""
+    w = World()
+    heard: list[tuple[str, object]] = []
+    stream = w.speech.open_recognition(
+        RecognitionOptions(sample_rate_hz=RATE, stop_history_ms=500, max_alternatives=3),
+        on_interim=lambda text: heard.append(("interim", text)),
+        on_final=lambda text, conf: heard.append(("final", text)), on_error=w.errors.append,
+        on_alternatives=lambda texts: heard.append(("readings", texts)))
+    w.talk(stream, tone(20))
+    a = w.client("a").recognitions[0]
+    assert a.kw["options"].max_alternatives == 3
+    a.kw["on_alternatives"](("check my balance",))
+    a.interim("chuck my ballot")
+    w.run(0.01)
+    assert heard == [("readings", ("check my balance",)), ("interim", "chuck my ballot")]
+    a.fail()
+    a.kw["on_alternatives"](("stale",))
+    w.run(0.01)
+    b = w.client("b").recognitions[0]
+    b.kw["on_alternatives"](())
+    b.final("check my balance", end_s=0.3, processed_s=0.5)
+    w.run(0.01)
+    assert heard[2:] == [("readings", ()), ("final", "check my balance")]
+
+
+def test_a_session_not_asking_for_other_readings_gives_the_regions_no_callback() -> None:
+    w = World()
+    w.open()
+    assert w.client("a").recognitions[0].kw["on_alternatives"] is None

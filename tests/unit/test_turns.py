@@ -36,12 +36,15 @@ class FakeDialogue:
 
     def __init__(self) -> None:
         self.heard: list[tuple[str, float | None]] = []
+        #: the other readings each transcript came with
+        self.readings: list[tuple[str, ...]] = []
 
     def fork(self) -> FakeDialogue:
         return FakeDialogue()
 
-    def on_transcript(self, text: str, confidence: float | None = None) -> list:
+    def on_transcript(self, text: str, confidence: float | None = None, alternatives: tuple[str, ...] = ()) -> list:
         self.heard.append((text, confidence))
+        self.readings.append(tuple(alternatives))
         return [REPROMPT, Listen(5000)]
 
 
@@ -136,3 +139,24 @@ def test_an_unfinished_phrase_ends_after_the_continuation_silence():
     assert not h.decisions
     h.clock.advance(0.01)
     assert len(h.decisions) == 1 and h.decisions[0].reason == "continuation"
+
+
+def test_the_turn_and_the_reply_prepared_ahead_carry_the_other_readings_they_were_decided_on():
+    """The decision carries the recogniser's other readings of its words, the reply prepared
+    ahead was worked out with them, and a reading that changes makes a new one."""
+    h = Harness()
+    h.speak(1500)
+    h.transcripts.on_alternatives(("my card was stolen today",))
+    h.words("my card was stolen yesterday")
+    first = h.turns.speculation
+    assert first is not None and first.alternatives == ("my card was stolen today",)
+    assert first.dialogue.readings == [("my card was stolen today",)]
+    h.transcripts.on_alternatives(("my car was stolen yesterday",))
+    h.words("my card was stolen yesterday")
+    second = h.turns.speculation
+    assert second is not first and second.alternatives == ("my car was stolen yesterday",)
+    h.quiet()
+    assert h.decisions[0].alternatives == ("my car was stolen yesterday",)
+    spec = h.turns.take_speculation()
+    assert spec is second and spec.answers(h.decisions[0])
+    assert not first.answers(h.decisions[0])

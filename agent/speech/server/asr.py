@@ -24,6 +24,8 @@ ASR_MODEL_NAME = "pocketsphinx-en-US"
 MIN_INPUT_RATE_HZ = 8000
 MAX_INPUT_RATE_HZ = 96000
 MAX_HINT_PHRASES = 5000
+#: readings a result carries at most (``max_alternatives`` above it is served as this)
+MAX_ALTERNATIVES = 5
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class RecognitionSettings:
     word_time_offsets: bool
     #: phrase hints (``speech_contexts``); empty: the general language model
     phrases: tuple[str, ...] = ()
+    #: readings per result (``max_alternatives``; only Whisper's words have more than one)
+    max_alternatives: int = 1
 
 
 def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_results: bool,
@@ -60,6 +64,8 @@ def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_
     phrases = tuple(p for ctx in config.speech_contexts if ctx.boost >= 0 for p in ctx.phrases if p.strip())
     if len(phrases) > MAX_HINT_PHRASES:
         raise ConfigError(f"at most {MAX_HINT_PHRASES} speech_contexts phrases are accepted, got {len(phrases)}")
+    if config.max_alternatives < 0:
+        raise ConfigError(f"max_alternatives must not be negative, got {config.max_alternatives}")
     return RecognitionSettings(
         encoding=config.encoding,
         sample_rate_hz=rate,
@@ -67,6 +73,8 @@ def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_
         interim_results=interim_results,
         word_time_offsets=config.enable_word_time_offsets,
         phrases=phrases,
+        # 0 means 1, as in Riva; more than MAX_ALTERNATIVES are not searched for
+        max_alternatives=min(MAX_ALTERNATIVES, max(1, config.max_alternatives)),
     )
 
 
@@ -140,7 +148,15 @@ def _streaming_result(
     else:
         result.is_final = False
         result.stability = event.stability
+    _add_alternatives(result, event)
     return riva_asr_pb2.StreamingRecognizeResponse(results=[result])
+
+
+def _add_alternatives(result: riva_asr_pb2.StreamingRecognitionResult | riva_asr_pb2.SpeechRecognitionResult,
+                      event: RecognitionEvent) -> None:
+    """The event's other readings after its first: words only (no confidence, no word times)."""
+    for text in event.alternatives:
+        result.alternatives.add(transcript=text)
 
 
 class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
@@ -230,6 +246,7 @@ class RivaAsrServicer(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
             alt = result.alternatives.add(transcript=event.transcript, confidence=event.confidence)
             for w in event.words:
                 alt.words.add(start_time=w.start_ms, end_time=w.end_ms, word=w.word, confidence=w.confidence)
+            _add_alternatives(result, event)
         return response
 
     def GetRivaSpeechRecognitionConfig(  # noqa: N802

@@ -28,7 +28,7 @@ _STEP_BYTES = 320
 
 
 class Transcriber(Protocol):
-    def transcribe(self, pcm16k: bytes) -> Transcript: ...
+    def transcribe(self, pcm16k: bytes, alternatives: int = 1) -> Transcript: ...
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,13 @@ class _Seg:
 class OpenSpeechDecoder:
     """*decoder*'s words when *judge* accepts them, else *transcriber*'s (see the module)."""
 
-    def __init__(self, decoder: Any, transcriber: Transcriber, judge: PhraseJudge | None = None) -> None:
+    def __init__(self, decoder: Any, transcriber: Transcriber, judge: PhraseJudge | None = None,
+                 alternatives: int = 1) -> None:
         self.decoder = decoder
         self._transcriber = transcriber
         self._judge = judge
+        #: readings Whisper is asked for (Riva ``max_alternatives``): 1, or a beam search's best
+        self._n_alternatives = alternatives
         self._audio = bytearray()
         self._frames = 0
         self._final = False
@@ -98,6 +101,14 @@ class OpenSpeechDecoder:
             return self.decoder.hyp()
         return _Hyp(self._whisper.text, self._whisper.confidence) if self._whisper.text else None
 
+    @property
+    def alternatives(self) -> tuple[str, ...]:
+        """Whisper's other readings of the words :meth:`hyp` gives (none when they are the
+        phrase-hint decoder's)."""
+        if self._uses_decoder() or self._whisper is None or not self._whisper.text:
+            return ()
+        return self._whisper.alternatives
+
     def seg(self) -> Any:
         if self._uses_decoder() or self._whisper is None:
             return self.decoder.seg()
@@ -113,7 +124,7 @@ class OpenSpeechDecoder:
         return self._accepted
 
     def _run_whisper(self) -> None:
-        self._whisper = self._transcriber.transcribe(bytes(self._audio))
+        self._whisper = self._transcriber.transcribe(bytes(self._audio), self._n_alternatives)
         self.whisper_runs += 1
 
     def _layout(self, words: Sequence[str], confidence: float) -> list[_Seg]:

@@ -112,6 +112,8 @@ class WordTiming:
 class InterimHypothesis:
     transcript: str
     stability: float
+    #: other readings of the same audio, likeliest first (Riva's further ``alternatives``)
+    alternatives: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class FinalHypothesis:
     transcript: str
     confidence: float
     words: tuple[WordTiming, ...] = field(default=())
+    alternatives: tuple[str, ...] = ()
 
 
 RecognitionEvent = InterimHypothesis | FinalHypothesis
@@ -344,7 +347,7 @@ class UtteranceRecognizer:
                 return None
             stability = _stability(self._last_interim, text)
         self._last_interim = text
-        return InterimHypothesis(transcript=text, stability=stability)
+        return InterimHypothesis(transcript=text, stability=stability, alternatives=self._alternatives())
 
     def _audio_frame(self, decoder_frame: int) -> int:
         """The utterance's 10 ms of audio that the decoder's frame *decoder_frame* came from."""
@@ -383,4 +386,10 @@ class UtteranceRecognizer:
             transcript=text,
             confidence=round(confidence, 4),
             words=tuple(words) if self._word_time_offsets else (),
+            alternatives=self._alternatives(),
         )
+
+    def _alternatives(self) -> tuple[str, ...]:
+        """The decoder's other readings of its current words (a decoder with a second opinion
+        may have some: agent.speech.server.open_speech)."""
+        return tuple(getattr(self._decoder, "alternatives", ()))
