@@ -135,16 +135,20 @@ def test_dtmf_one_works_like_saying_balance(agent: AgentProcess) -> None:
     code, report, out = run_caller(agent.uri, "--dtmf", "1", "--dtmf", "4")
     assert code == 0, out[-3000:]
     first, second = report["turns"]  # type: ignore[misc]
-    assert "balance" in first["agent_text"], first
+    # The balance prompt, "Your account balance is one hundred twenty three dollars and forty
+    # five cents.", as the caller's recogniser hears it (under load it has dropped "balance"
+    # and kept the amount) ...
+    heard = set(str(first["agent_text"]).split())
+    assert heard & {"balance", "dollars", "cents"} and heard & {"hundred", "twenty", "forty"}, first
     # The goodbye prompt, "Thank you for calling OpenClaw Bank. Goodbye!", as the caller's
     # recogniser hears it: Whisper sometimes stops at the brand name, so either end will do ...
     said = str(second["agent_text"])
     assert "goodbye" in said or "thank you for calling" in said, second
     assert report["hung_up_by"] == "agent"
-    # ... and the call record says which step spoke.
+    # ... and the call record says which steps spoke, in order: key 1 the balance, key 4 goodbye.
     wait_idle(agent)
     steps = [e["step"] for e in agent.records()[-1]["dialogue"] if e["kind"] == "step"]  # type: ignore[index,union-attr]
-    assert steps[-2:] == ["goodbye", "bye"], steps
+    assert steps[-4:] == ["balance", "anything_else", "goodbye", "bye"], steps
 
 
 def test_test_caller_reports_turns_and_latency(agent: AgentProcess) -> None:
