@@ -99,6 +99,8 @@ def match_alternative(ask: AskStep, alternatives: Sequence[str]) -> tuple[str, I
     them (likeliest first) select most often with a score of at least
     :data:`ALTERNATIVE_MIN_SCORE` (a tie: the one met first), and its first such reading."""
     found: dict[str, list[tuple[str, IntentMatch]]] = {}
+    if alternatives and ask.intents:
+        _matcher(ask).prepare(alternatives)
     for text in alternatives:
         match = match_intent(ask, text)
         if match is not None and match.score >= ALTERNATIVE_MIN_SCORE:

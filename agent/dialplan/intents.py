@@ -308,6 +308,11 @@ class IntentMatcher:
                 keywords = tuple(True for _ in tokens)
             self._examples.append(_Example(name, example, tuple(tokens), weights, keywords))
 
+    def prepare(self, transcripts: Sequence[str]) -> None:
+        """Several transcripts are about to be matched by meaning: encode them in one go."""
+        if self._semantic is not None and len(transcripts) > 1:
+            self._semantic.prepare(transcripts)
+
     def match(self, transcript: str, by_meaning: bool = True) -> IntentMatch | None:
         """Return the best intent for *transcript*, or None when no intent is convincing.
 

@@ -208,6 +208,18 @@ class MiniLMEncoder:
                 return np.zeros((0, self.dim), dtype=np.float32)
             return np.stack([self._cache[t] for t in texts])
 
+    def remember(self, texts: Sequence[str]) -> None:
+        """Encode transcripts about to be compared one by one (a recogniser's other readings of a
+        turn) in one batch, which costs less than each alone, and keep them with the latest."""
+        with self._lock:
+            missing = [t for t in dict.fromkeys(texts) if t not in self._cache and t not in self._recent]
+            if not missing:
+                return
+            for text, vector in zip(missing, self._vectors(missing)):
+                self._recent[text] = vector
+            while len(self._recent) > RECENT_TRANSCRIPTS:
+                self._recent.pop(next(iter(self._recent)))
+
     def encode_one(self, text: str) -> np.ndarray:
         """The vector of one transcript. The last few are kept: a turn's words are matched by
         the end-of-turn speed-up and again by the reply worked out ahead, but transcripts

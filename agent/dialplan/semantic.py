@@ -191,6 +191,12 @@ class SemanticIndex:
             background = background[closeness.max(axis=1) < BACKGROUND_EXCLUSION_COSINE]
         self._background = background
 
+    def prepare(self, texts: Sequence[str]) -> None:
+        """*texts* are about to be compared: encode them together if the encoder can."""
+        remember = getattr(self._encoder, "remember", None)
+        if remember is not None:
+            remember([without_fillers(t) for t in texts if t.strip()])
+
     def compare(self, text: str) -> SemanticScores:
         """Encode *text* once and compare it with every phrase of the ask."""
         text = without_fillers(text)

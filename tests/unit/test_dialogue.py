@@ -480,3 +480,22 @@ def test_a_distant_other_reading_is_no_answer(plan: Dialplan) -> None:
     session = started(plan)
     actions = session.on_transcript("hmm the the", alternatives=(loose,))
     assert says(actions)[0].startswith("Sorry, I did not understand")
+
+
+def test_other_readings_are_encoded_together_once(plan: Dialplan, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sentence encoder sees a turn's other readings in one batch, and matching them then
+    encodes nothing more (each alone costs about as much as the three together)."""
+    from agent.dialplan.asks import match_alternative
+    from agent.dialplan.model import AskStep
+    from agent.dialplan.semantic import shared_encoder
+
+    encoder = shared_encoder()
+    if not hasattr(encoder, "remember"):
+        pytest.skip("the lighter encoder (OPENCLAW_SENTENCE_ENCODER=wordllama) encodes one at a time")
+    batches: list[list[str]] = []
+    real = encoder._vectors
+    monkeypatch.setattr(encoder, "_vectors", lambda texts: batches.append(list(texts)) or real(texts))
+    ask = next(s for s in plan.flows["main"].steps if isinstance(s, AskStep) and s.id == "menu")
+    readings = ("my car was stolen on tuesday", "my card was stolen on tuesday", "by card was stolen on tuesday")
+    assert match_alternative(ask, readings) is None
+    assert batches == [list(readings)]
