@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
@@ -10,9 +12,9 @@ from agent.dialplan.actions import Listen
 from agent.dialplan.intents import STOP_WORDS, IntentMatch, IntentMatcher, expand_synonyms, normalize
 from agent.dialplan.model import AskStep, Intent
 from agent.dialplan.semantic import shared_encoder
-from agent.dialplan.slots import DIGIT_WORDS, strip_slot_words
+from agent.dialplan.slots import DIGIT_WORDS, parse_slot, strip_slot_words
 
-__all__ = ["DTMF_KEYS", "ask_phrases", "intent_named", "listen_for", "match_intent"]
+__all__ = ["DTMF_KEYS", "Understood", "ask_phrases", "intent_named", "listen_for", "match_intent", "understand"]
 
 DTMF_KEYS = frozenset("0123456789*#ABCD")
 """Keys a caller can press (A-D exist on some keypads)."""
@@ -108,6 +110,44 @@ def match_alternative(ask: AskStep, alternatives: Sequence[str]) -> tuple[str, I
     if not found:
         return None
     return max(found.values(), key=len)[0]
+
+
+@dataclass(frozen=True)
+class Understood:
+    """What a caller's final words come to at an ask: a slot value, or an intent."""
+
+    value: str | None = None
+    """The slot's value, when the words fill the ask's slot (then *match* is None)."""
+    match: IntentMatch | None = None
+    """The intent the words select."""
+    heard_as: str | None = None
+    """The recogniser's other reading that selected *match*, when the first reading selected
+    nothing (never sure enough to end or transfer the call without asking)."""
+
+
+def understand(ask: AskStep, text: str, today: datetime.date,
+               alternatives: Sequence[str] = ()) -> Understood | None:
+    """What the final words *text* mean at *ask* (None: nothing, a reprompt), in the order the
+    dialogue takes them: a value for a slot that is not free text, the intent the words
+    select, free text for a text slot, then the intent the recogniser's other readings
+    *alternatives* select (:func:`match_alternative`). Slots are read from the first reading
+    only: a wrong account number costs more than being asked again."""
+    if not ask.speech:
+        return None
+    slot = ask.slot
+    if slot is not None and slot.type != "text":
+        value = parse_slot(slot.type, text, today)
+        if value is not None and slot.accepts(value):
+            return Understood(value=value)
+    match = match_intent(ask, text)
+    if match is not None:
+        return Understood(match=match)
+    if slot is not None and slot.type == "text" and text.strip() and slot.accepts(text.strip()):
+        return Understood(value=text.strip())
+    other = match_alternative(ask, alternatives)
+    if other is not None:
+        return Understood(match=other[1], heard_as=other[0])
+    return None
 
 
 def sure_enough(ask: AskStep, match: IntentMatch, confidence: float | None) -> bool:

@@ -25,7 +25,7 @@ from agent.dialplan.actions import (
     WebhookRequest, WebhookResult,
 )
 from agent.dialplan.asks import (
-    DTMF_KEYS, intent_named, listen_for, match_alternative, match_intent, peek_match, said_in_words, sure_enough,
+    DTMF_KEYS, intent_named, listen_for, match_intent, peek_match, said_in_words, sure_enough, understand,
 )
 from agent.dialplan.escalation import END, OFFER, Question
 from agent.dialplan.intents import IntentMatch, normalize
@@ -232,34 +232,24 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
     def _heard(self, ask: AskStep, text: str, confidence: float | None,
                alternatives: Sequence[str] = ()) -> list[Action]:
         """What the caller said at *ask* (no question open)."""
-        if not ask.speech:
+        understood = understand(ask, text, self._local_now().date(), alternatives)
+        if understood is None:
             return self._reprompt_or_give_up(ask, "no_match")
-        slot = ask.slot
-        if slot is not None and slot.type != "text":
-            value = parse_slot(slot.type, text, self._local_now().date())
-            if value is not None and slot.accepts(value):
-                return self._filled(ask, value)
-        match = match_intent(ask, text)
-        if match is not None:
-            intent = intent_named(ask, match)
-            kind = self._consequence(ask, intent)
-            if kind is not None and not sure_enough(ask, match, confidence):
-                return self._ask_question(ask, Question(kind, intent.goto, intent, match, text))
-            return self._answered(ask, intent, match, text)
-        if slot is not None and slot.type == "text" and text.strip():
-            if slot.accepts(text.strip()):
-                return self._filled(ask, text.strip())
-        other = match_alternative(ask, alternatives)
-        if other is not None:
+        match = understood.match
+        if match is None:
+            return self._filled(ask, understood.value)
+        intent = intent_named(ask, match)
+        kind = self._consequence(ask, intent)
+        heard_as = understood.heard_as
+        if heard_as is not None:
             # The recogniser's first reading selects nothing, another does: taken, but never
             # sure enough to end or transfer the call without asking.
-            heard, match = other
-            intent = intent_named(ask, match)
-            kind = self._consequence(ask, intent)
             if kind is not None:
-                return self._ask_question(ask, Question(kind, intent.goto, intent, match, heard, heard_as=heard))
-            return self._answered(ask, intent, match, heard, heard_as=heard)
-        return self._reprompt_or_give_up(ask, "no_match")
+                return self._ask_question(ask, Question(kind, intent.goto, intent, match, heard_as, heard_as=heard_as))
+            return self._answered(ask, intent, match, heard_as, heard_as=heard_as)
+        if kind is not None and not sure_enough(ask, match, confidence):
+            return self._ask_question(ask, Question(kind, intent.goto, intent, match, text))
+        return self._answered(ask, intent, match, text)
 
     def on_dtmf(self, digit: str) -> list[Action]:
         """DTMF: one key (0-9, *, #, A-D) or several in order ("1234#").

@@ -499,3 +499,26 @@ def test_other_readings_are_encoded_together_once(plan: Dialplan, monkeypatch: p
     readings = ("my car was stolen on tuesday", "my card was stolen on tuesday", "by card was stolen on tuesday")
     assert match_alternative(ask, readings) is None
     assert batches == [list(readings)]
+
+
+def test_what_words_come_to_at_an_ask_slot_first_readings_last() -> None:
+    """One rule for the dialogue and the benchmark (agent.dialplan.asks.understand): a slot's
+    value from the first reading, else the intent its words select, else one the other
+    readings select; a slot is never filled from another reading."""
+    import datetime
+    import os
+
+    from agent.dialplan.asks import understand
+    from agent.dialplan.model import AskStep, load_dialplans
+
+    bank = load_dialplans([os.path.join(os.path.dirname(__file__), "..", "..", "dialplans", "bank.yaml")])
+    ask = next(s for f in bank.flows.values() for s in f.steps if isinstance(s, AskStep) and s.id == "get_account")
+    today = datetime.date(2026, 12, 2)
+    digits = "four four seven one zero nine two three"
+    filled = understand(ask, f"it's {digits}", today)
+    assert filled is not None and filled.match is None and filled.value == "44710923"
+    agent = understand(ask, "let me talk to a person", today)
+    assert agent is not None and agent.match.name == "agent" and agent.heard_as is None
+    assert understand(ask, "hmm the the", today, alternatives=(digits,)) is None
+    other = understand(ask, "hmm the the", today, alternatives=(digits, "talk to a person"))
+    assert other is not None and other.match.name == "agent" and other.heard_as == "talk to a person"
