@@ -87,12 +87,18 @@ def test_tls_call_with_srtp_is_encrypted_on_the_wire(srtp_agent: TlsAgent, tmp_p
     agent = srtp_agent.agent
     _idle(agent)
     lo, hi = srtp_agent.rtp_port, srtp_agent.rtp_port + 16
-    cap = Capture(str(tmp_path / "tls.pcap"), f"tcp port {srtp_agent.tls_port} or udp portrange {lo}-{hi}")
+    # two captures: the signalling on the agent's TLS port alone, and its RTP ports (a UDP port
+    # range may also carry another test's plain SIP when test files run side by side)
+    sip_cap = Capture(str(tmp_path / "tls.pcap"), f"tcp port {srtp_agent.tls_port}")
     try:
-        code, report, out = run_caller(srtp_agent.tls_uri, "--transport", "tls", "--tls-ca", srtp_agent.pki.ca_file,
-                                       "--srtp", "mandatory", "--say", "check my balance")
+        rtp_cap = Capture(str(tmp_path / "rtp.pcap"), f"udp portrange {lo}-{hi}")
+        try:
+            code, report, out = run_caller(srtp_agent.tls_uri, "--transport", "tls", "--tls-ca",
+                                           srtp_agent.pki.ca_file, "--srtp", "mandatory", "--say", "check my balance")
+        finally:
+            pcap = rtp_cap.stop()
     finally:
-        pcap = cap.stop()
+        sip_pcap = sip_cap.stop()
     assert code == 0 and report.get("answered"), out[-3000:]
     assert report["transport"] == "tls" and report["srtp"] is True, report
     assert len(set(str(report["greeting"]).split()) & GREETING_WORDS) >= 3, report
@@ -101,9 +107,10 @@ def test_tls_call_with_srtp_is_encrypted_on_the_wire(srtp_agent: TlsAgent, tmp_p
     # the caller's own recogniser makes it out on a loaded machine
     heard = set(str(turn["agent_text"]).split())
     assert "hundred" in heard and heard & {"balance", "dollars", "cents"}, report
-    with open(pcap, "rb") as f:
+    with open(sip_pcap, "rb") as f:
         raw = f.read()
     assert b"INVITE sip:" not in raw and b"a=crypto" not in raw and b"m=audio" not in raw
+    assert b"SIP/2.0" not in raw, "SIP in clear on the TLS port"
     assert raw.count(b"\x16\x03") > 0, "no TLS handshake record in the capture"
     streams = [s for s in rtp_streams(pcap) if lo <= s.sport <= hi]
     assert streams, "no RTP from the agent in the capture"
