@@ -569,7 +569,9 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
             if match is not None and intent_named(ask, match).goto == question.target \
                     and said_in_words(ask, text, match.name) and heard_clearly:
                 reply = "yes"
-        if reply is None and text is not None:
+        if reply is None and text is not None and not is_bare_yes(text):
+            # (A bare yes answers the question even when it is too unclear to act on: at "anything
+            # else?" it would also select "something else", and the caller meant the question.)
             match = match_intent(ask, text)
             if match is not None:
                 # An answer to the ask instead: asking for the same thing again, in its own words, is a yes.

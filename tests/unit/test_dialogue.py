@@ -522,3 +522,16 @@ def test_what_words_come_to_at_an_ask_slot_first_readings_last() -> None:
     assert understand(ask, "hmm the the", today, alternatives=(digits,)) is None
     other = understand(ask, "hmm the the", today, alternatives=(digits, "talk to a person"))
     assert other is not None and other.match.name == "agent" and other.heard_as == "talk to a person"
+
+
+def test_an_unclear_yes_to_ending_is_asked_again_even_where_yes_is_an_answer_to_the_ask(plan: Dialplan) -> None:
+    """At "anything else?", "yes" is also how a caller asks for something more. Asked "Do you want
+    to end the call?", an unclear "yeah yeah" is still a yes to that question, said once: the
+    question is asked again, the call does not go back to the menu, and a second yes ends it."""
+    session = started(plan)
+    session.on_transcript("check my balance", confidence=0.9)
+    asked = session.on_transcript("okay great i'm all done have a good day", confidence=0.3)
+    assert says(asked)[-1] == "Do you want to end the call?"
+    again = session.on_transcript("yeah yeah", confidence=0.4)
+    assert says(again) == ["Do you want to end the call?"] and not session.ended
+    assert kinds(session.on_transcript("yes", confidence=0.5))[-1] == "Hangup" and session.ended
