@@ -47,6 +47,12 @@ def is_backchannel(text: str) -> bool:
     return w == "" or w in BACKCHANNELS or all(x in BACKCHANNELS for x in w.split())
 
 
+def is_thinking_aloud(text: str) -> bool:
+    """Only hesitations, or "I see" ("um", "oh I see"): no answer to a yes/no question yet, unlike
+    "okay", "uh-huh" or "alright", which a caller says to mean yes."""
+    return " ".join(w for w in _plain(text).split() if w not in HESITATIONS) in ("", "i see")
+
+
 def _alternatives(phrases: frozenset[str]) -> str:
     return "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
 

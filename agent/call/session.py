@@ -31,7 +31,7 @@ from twisted.logger import Logger
 from agent.app.metrics import AgentMetrics
 from agent.call.barge import BargeController
 from agent.call.bargein import BargeIn, BargeInConfig
-from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, is_backchannel
+from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, is_backchannel, is_thinking_aloud
 from agent.call.hold import CallHold
 from agent.call.pipeline import PERIODIC_VOICE, SIBILANT_DB, MediaPipeline
 from agent.call.prosody import ProsodyTracker
@@ -381,11 +381,16 @@ class CallSession:
 
     def _only_acknowledged(self, text: str) -> bool:
         """Are *text*'s words only an acknowledgement or a hesitation, at an ask that offers
-        intents (not a yes/no question or other slot, not a model's conversation) and takes none
-        of them from these words?"""
+        intents (not a slot, not a model's conversation) and takes none of them from these
+        words; or, at a yes/no question, only a hesitation or "I see"? Taken for an answer,
+        they would use up the question's one repetition, after which an unclear "ok" ends the
+        call (docs/dialplans.md, "Confirmation")."""
         listen = self.turn_taker.listen
-        return (listen is not None and bool(listen.intents) and listen.slot_type is None
-                and not listen.collecting_digits and is_backchannel(text)
+        if listen is None or listen.collecting_digits:
+            return False
+        if listen.slot_type == "yes_no":
+            return is_thinking_aloud(text)
+        return (bool(listen.intents) and listen.slot_type is None and is_backchannel(text)
                 and self.dialogue.peek_intent(text) is None)
 
     def _answer(self, text: str, confidence: float | None, alternatives: tuple[str, ...] = ()) -> None:

@@ -534,6 +534,29 @@ def test_an_acknowledgement_said_into_the_silence_after_a_question_is_not_an_ans
     assert h.said()[-2].startswith("We are open")
 
 
+def test_thinking_aloud_at_a_question_before_ending_is_not_its_answer():
+    """ "I see" and "um" after "Do you want to end the call?": the agent goes on waiting, and
+    the question keeps its one repetition, so an unclear "ok" (a backchannel can be heard so)
+    still has it asked again instead of ending the call; a clear yes then ends it."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    _speak(h, "okay i'll let you go now", confidence=0.9)  # a goodbye by meaning: confirmed
+    h.play_out()
+    assert h.said()[-1] == "Do you want to end the call?"
+    said = len(h.said())
+    for words in ("i see", "um", "oh i see"):
+        _speak(h, words, voice=30, quiet=40, confidence=0.95)
+    assert len(h.said()) == said and h.session.dialogue.asking_before_acting
+    _speak(h, "ok", voice=20, quiet=40, confidence=0.4)
+    h.play_out()
+    assert h.said()[-1] == "Do you want to end the call?" and len(h.said()) == said + 1
+    assert h.control.hung_up == 0
+    _speak(h, "yes", voice=20, quiet=40, confidence=0.95)
+    h.play_out()
+    assert h.control.hung_up == 1
+
+
 def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():
     """Speech recognised while the agent talks (without barge-in) does not jump the dialogue."""
     h = Harness()
