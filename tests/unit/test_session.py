@@ -104,12 +104,12 @@ def gave_way(h: "Harness") -> bool:
 
 
 class Harness:
-    def __init__(self, transfer_ok=True, phrase_hints=False):
+    def __init__(self, transfer_ok=True, phrase_hints=False, dialplan=DEFAULT):
         self.reactor = FakeReactor()
         self.speech = FakeSpeech()
         self.control = FakeControl(transfer_ok)
         self.reactor.advance(100.0)
-        dialplan = load_dialplan(DEFAULT)
+        dialplan = load_dialplan(dialplan)
         variables = {"caller": "5551234", "called": "1000", "call_id": "c1", "region": "local",
                      "config.transfer_uri": "sip:desk@127.0.0.1:5070"}
         self.dialogue = DialogueSession(dialplan, "main", variables)
@@ -555,6 +555,40 @@ def test_thinking_aloud_at_a_question_before_ending_is_not_its_answer():
     _speak(h, "yes", voice=20, quiet=40, confidence=0.95)
     h.play_out()
     assert h.control.hung_up == 1
+
+
+YES_NO_PLAN = """\
+version: 1
+routes: [{flow: main}]
+flows:
+  main:
+    steps:
+      - id: q
+        ask:
+          prompt: "Would you like a call back?"
+          slot: {name: ok, type: yes_no}
+          no_match: {reprompts: ["Please say yes or no."]}
+      - id: done
+        say: "You said {{ ok }}."
+"""
+
+
+def test_thinking_aloud_at_a_yes_no_slot_is_no_answer(tmp_path) -> None:
+    """ "um" and "I see" at a yes/no ask: no reprompt, nothing counted; the yes after them fills
+    the slot."""
+    plan = tmp_path / "yes_no.yaml"
+    plan.write_text(YES_NO_PLAN)
+    h = Harness(dialplan=str(plan))
+    h.session.start()
+    h.play_out()
+    said = len(h.said())
+    for words in ("um", "i see"):
+        _speak(h, words, voice=30, quiet=40, confidence=0.95)
+    assert len(h.said()) == said
+    assert not any(e.kind in ("no_match", "reprompt") for e in h.session.dialogue.history)
+    _speak(h, "yes", voice=20, quiet=40, confidence=0.95)
+    h.play_out()
+    assert h.said()[-1] == "You said yes."
 
 
 def test_final_transcript_during_a_prompt_that_was_not_interrupted_is_ignored():
