@@ -241,15 +241,12 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         intent = intent_named(ask, match)
         kind = self._consequence(ask, intent)
         heard_as = understood.heard_as
-        if heard_as is not None:
-            # The recogniser's first reading selects nothing, another does: taken, but never
-            # sure enough to end or transfer the call without asking.
-            if kind is not None:
-                return self._ask_question(ask, Question(kind, intent.goto, intent, match, heard_as, heard_as=heard_as))
-            return self._answered(ask, intent, match, heard_as, heard_as=heard_as)
-        if kind is not None and not sure_enough(ask, match, confidence):
-            return self._ask_question(ask, Question(kind, intent.goto, intent, match, text))
-        return self._answered(ask, intent, match, text)
+        heard = text if heard_as is None else heard_as
+        # An intent from another reading (the first selects nothing) is never sure enough to end
+        # or transfer the call without asking.
+        if kind is not None and (heard_as is not None or not sure_enough(ask, match, confidence)):
+            return self._ask_question(ask, Question(kind, intent.goto, intent, match, heard, heard_as=heard_as))
+        return self._answered(ask, intent, match, heard, heard_as=heard_as)
 
     def on_dtmf(self, digit: str) -> list[Action]:
         """DTMF: one key (0-9, *, #, A-D) or several in order ("1234#").

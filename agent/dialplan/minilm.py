@@ -216,9 +216,7 @@ class MiniLMEncoder:
             if not missing:
                 return
             for text, vector in zip(missing, self._vectors(missing)):
-                self._recent[text] = vector
-            while len(self._recent) > RECENT_TRANSCRIPTS:
-                self._recent.pop(next(iter(self._recent)))
+                self._keep_recent(text, vector)
 
     def encode_one(self, text: str) -> np.ndarray:
         """The vector of one transcript. The last few are kept: a turn's words are matched by
@@ -231,7 +229,12 @@ class MiniLMEncoder:
             if cached is not None:
                 return cached
             vector = self._vectors([text])[0]
-            self._recent[text] = vector
-            while len(self._recent) > RECENT_TRANSCRIPTS:
-                self._recent.pop(next(iter(self._recent)))
+            self._keep_recent(text, vector)
             return vector
+
+    def _keep_recent(self, text: str, vector: np.ndarray) -> None:
+        """Keep *text*'s vector with the latest transcripts (the oldest beyond
+        RECENT_TRANSCRIPTS go); the caller holds the lock."""
+        self._recent[text] = vector
+        while len(self._recent) > RECENT_TRANSCRIPTS:
+            self._recent.pop(next(iter(self._recent)))

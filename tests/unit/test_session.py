@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import textwrap
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from agent.call.endpointer import EndpointerConfig
 from agent.call.session import CallSession, SessionSettings
 from media.vad import VadConfig
 from tests.fakes import FakeReactor
+from tests.unit.test_dialogue_steps import one_ask
 
 FRAME = 320  # 10 ms at 16 kHz
 DEFAULT = os.path.join(os.path.dirname(__file__), "..", "..", "dialplans", "default.yaml")
@@ -557,20 +559,9 @@ def test_thinking_aloud_at_a_question_before_ending_is_not_its_answer():
     assert h.control.hung_up == 1
 
 
-YES_NO_PLAN = """\
-version: 1
-routes: [{flow: main}]
-flows:
-  main:
-    steps:
-      - id: q
-        ask:
-          prompt: "Would you like a call back?"
-          slot: {name: ok, type: yes_no}
-          no_match: {reprompts: ["Please say yes or no."]}
-      - id: done
-        say: "You said {{ ok }}."
-"""
+YES_NO_PLAN = textwrap.dedent(one_ask(
+    'prompt: "Would you like a call back?"\nslot: {name: ok, type: yes_no}\n'
+    'no_match: {reprompts: ["Please say yes or no."]}\n', after="You said {{ ok }}."))
 
 
 def test_thinking_aloud_at_a_yes_no_slot_is_no_answer(tmp_path) -> None:
