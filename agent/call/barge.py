@@ -118,7 +118,8 @@ class BargeController:
         """The turn's words so far; True when a barge-in in progress took them."""
         if self.current is None:
             return False
-        self.current.on_words(text, final=final, at=self._reactor.seconds())
+        self.current.on_words(text, final=final, at=self._reactor.seconds(),
+                              confidence=self._transcripts.confidence if final else None)
         self.check()
         return self.current is not None
 

@@ -17,6 +17,10 @@ plays on:
   recognisers turn acknowledgements into short random words, and a short
   "mm-hmm" heard as "an agent" must not transfer the call;
 * so does a voice that goes on for ``interruption_min_ms``, whatever the words;
+* and a voice that said something: once it is over, final words of a few words besides
+  acknowledgements and hesitations ("I'm out, thanks", "I would like to"), heard with
+  confidence, from a voice longer than most acknowledgements (``sentence_min_ms``). Resuming
+  the prompt over them would lose the caller's words;
 * words that are an acknowledgement ("uh-huh", "okay", "yeah", a held "oh" or "mm"; not
   a bare "um" or "uh", which as often begins a question) let the prompt
   play on at once, while the caller is still saying them (``TALK_OVER``); the
@@ -48,10 +52,11 @@ The class is pure: it is fed timestamps and words and answers with a
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.call.endpointer import is_acknowledgement, is_backchannel, words
+from agent.call.endpointer import content_words, is_acknowledgement, is_backchannel, words
 
 #: words people use to stop someone talking: they take the turn however short the voice
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
@@ -60,6 +65,15 @@ STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
 #: as one must be, it lets the prompt play on like one (an "oh, what time ..." still takes the
 #: turn as a request, once longer than an acknowledgement)
 ACKNOWLEDGEMENT_ONSETS = frozenset({"oh", "mm"})
+#: what else callers say to acknowledge over a prompt: such words besides acknowledgements and
+#: hesitations make no sentence (``BargeInConfig.sentence_min_words``)
+ACKNOWLEDGING = frozenset({
+    "got it", "gotcha", "sounds good", "makes sense", "i understand", "understood", "of course", "great",
+    "perfect", "cool", "good", "fine", "nice", "thanks", "thank you", "then", "i know", "exactly", "wow",
+    "true", "really", "indeed", "absolutely", "definitely", "sure thing", "no problem", "go on", "go ahead",
+    "i get it"})
+_ACKNOWLEDGING = re.compile(r"\b(?:" + "|".join(re.escape(p) for p in sorted(ACKNOWLEDGING, key=len, reverse=True))
+                            + r")\b")
 #: words that ask for something: they take the turn like a request does
 ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
 
@@ -99,6 +113,17 @@ class BargeInConfig:
     #: ducked (``media.playout.DUCK_DB``) until the verdict: a pause longer than this is a hole in
     #: the prompt a caller notices, while the recogniser's first words come ~300 ms into a voice
     duck_after_ms: int = 200
+    #: a voice at least this long that is over, whose final words hold ``sentence_min_words``
+    #: words besides acknowledgements and hesitations (:data:`ACKNOWLEDGING` included) and were
+    #: heard with at least ``sentence_min_confidence``, said something and takes the turn (no
+    #: shorter than ``wait_final_after_ms``: final words are waited for only after a voice that
+    #: long). Chosen with ops/bench/barge-in on the dev half (docs/latency.md): acknowledgements
+    #: the recogniser turns into words last up to ~900 ms and come out as several words at low
+    #: confidence ("mm hmm" as "and then make them", 0.24) or as few at high ("got it" as "that
+    #: is", 0.87, in 320 ms)
+    sentence_min_ms: int = 700
+    sentence_min_words: int = 2
+    sentence_min_confidence: float = 0.4
     #: a voice that starts this soon after the caller's last words, once the agent has taken the
     #: turn, is the caller finishing it ("check my balance | please"): too soon to be a reaction
     #: to the reply (whose first sound reaches the caller some 100 ms after those words; people
@@ -141,6 +166,8 @@ class BargeIn:
         self.text = ""
         self._text_since = started_at
         self.final = False
+        #: the recogniser's confidence in the final words (None: not final, or not given)
+        self.confidence: float | None = None
         self.tail = tail
         #: the prompt plays (again) over an acknowledgement that is still being said
         self.talking_over = tail
@@ -169,18 +196,23 @@ class BargeIn:
         self.resumed_on_onset = False
         self.text = ""
         self.final = False
+        self.confidence = None
 
     def on_voice_again(self) -> None:
         """The voice went on after the prompt was let play over it (the prompt is paused again):
         the acknowledgement is turning into something longer."""
         self.talking_over = False
 
-    def on_words(self, text: str, final: bool = False, at: float | None = None) -> None:
-        """The recogniser's words for this voice so far (interim or final), heard at *at*."""
+    def on_words(self, text: str, final: bool = False, at: float | None = None,
+                 confidence: float | None = None) -> None:
+        """The recogniser's words for this voice so far (interim or final), heard at *at*; for
+        final words, the recogniser's *confidence* in them if it gives one."""
         if text != self.text:
             self.text = text
             self._text_since = at if at is not None else self.started_at
         self.final = self.final or final
+        if final:
+            self.confidence = confidence
 
     def spoke_ms(self, last_voiced_at: float) -> float:
         return max(0.0, last_voiced_at - self.started_at) * 1000.0
@@ -230,9 +262,20 @@ class BargeIn:
                 and quiet_ms < c.final_wait_ms):
             # Longer than most acknowledgements: let the recogniser's final words say what it was.
             return self._wait(0.05)
+        if self._said_something(spoke_ms):
+            return self._final(Verdict.INTERRUPT, "words")
         self.resumed_at = now
         self.resumed_on_onset = _is_onset(heard)
         return self._final(Verdict.RESUME, "acknowledgement" if heard else "no words")
+
+    def _said_something(self, spoke_ms: float) -> bool:
+        """Final words of a sentence (or of its start), heard with confidence, from a voice longer
+        than most acknowledgements."""
+        c = self.config
+        return (self.final and spoke_ms >= c.sentence_min_ms and self.confidence is not None
+                and self.confidence >= c.sentence_min_confidence
+                and len(_ACKNOWLEDGING.sub(" ", " ".join(content_words(self.text))).split())
+                >= c.sentence_min_words)
 
     def _wait(self, check_in_s: float) -> Decision:
         return Decision(Verdict.TALK_OVER if self.talking_over else Verdict.WAIT, check_in_s=check_in_s)

@@ -57,8 +57,14 @@ def _alternatives(phrases: frozenset[str]) -> str:
     return "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
 
 
+_BACKCHANNEL_PHRASE = re.compile(rf"\b(?:{_alternatives(BACKCHANNELS)})\b")
 _ACKNOWLEDGEMENT = re.compile(rf"^(?:(?:{_alternatives(HESITATIONS)}) )*(?:{_alternatives(ACKNOWLEDGEMENTS)})"
                               rf"(?: (?:{_alternatives(BACKCHANNELS)}))*$")
+
+
+def content_words(text: str) -> list[str]:
+    """The words of *text* besides acknowledgements and hesitations ("all right i'm ah": ["i'm"])."""
+    return _BACKCHANNEL_PHRASE.sub(" ", _plain(text)).split()
 
 
 def is_acknowledgement(text: str) -> bool:

@@ -233,3 +233,46 @@ def test_a_voice_back_after_other_words_is_judged_paused_again():
         assert not b.resumed_on_onset
         b.revive()
         assert not b.talking_over
+
+
+def _said(text: str, voice_s: float, confidence: float | None) -> BargeIn:
+    """A voice of *voice_s* heard as *text*, its final words arriving 300 ms after it ended."""
+    b = barge()
+    b.on_words(text, at=0.3)
+    assert b.decide(voice_s + 0.05, last_voiced_at=voice_s, speaking=False).verdict is Verdict.WAIT
+    b.on_words(text, final=True, at=voice_s + 0.3, confidence=confidence)
+    return b
+
+
+def test_a_sentence_over_the_prompt_takes_the_turn_once_its_final_words_are_in():
+    """ "I'm out, thanks" (740 ms) heard as "i'm out saying": no request of the question and
+    shorter than interruption_min_ms, but resuming the prompt over it would lose the caller's words."""
+    b = _said("i'm out saying", 0.74, 0.71)
+    d = b.decide(0.74 + 0.3, last_voiced_at=0.74, speaking=False)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "words"
+
+
+def test_the_start_of_a_sentence_keeps_the_floor_too():
+    b = _said("i would like to", 0.8, 0.9)
+    assert b.decide(1.1, last_voiced_at=0.8, speaking=False).verdict is Verdict.INTERRUPT
+
+
+@pytest.mark.parametrize("text, voice_s, confidence", [
+    ("and then make them", 0.86, 0.24),    # "mm hmm" heard as words, with little confidence
+    ("that is", 0.32, 0.87),               # "got it": too short to be a sentence
+    ("okay great", 0.94, 0.55),            # acknowledgements, whatever their length
+    ("sounds good thank you", 0.9, 0.9),
+    ("mhm eight mhm", 0.86, 0.8),          # one word besides the acknowledgement
+    ("i'm out saying", 0.74, None),        # a recogniser that gives no confidence: as before
+])
+def test_an_acknowledgement_heard_as_words_lets_the_prompt_resume(text, voice_s, confidence):
+    b = _said(text, voice_s, confidence)
+    assert b.decide(voice_s + 0.3, last_voiced_at=voice_s, speaking=False).verdict is Verdict.RESUME
+
+
+def test_the_sentence_rule_waits_for_the_final_words():
+    """Interim words are not enough: the recogniser may still revise them."""
+    b = barge()
+    b.on_words("i'm out saying", at=0.5)
+    d = b.decide(0.9, last_voiced_at=0.74, speaking=False)
+    assert d.verdict is Verdict.WAIT

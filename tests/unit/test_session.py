@@ -363,6 +363,27 @@ def test_a_short_voice_heard_as_a_request_resumes_the_prompt():
     assert not any("transfer" in t.lower() for t in h.said())
 
 
+def test_a_sentence_over_a_prompt_that_is_no_request_is_heard_not_lost():
+    """ "I'm out, thanks" (800 ms) heard as "i'm out saying": no request of the menu and shorter
+    than interruption_min_ms. Once its final words are in, it takes the turn (the prompt
+    resuming over it would lose the caller's words) and is answered."""
+    h = Harness()
+    h.session.start()
+    h.tick(120)  # into the menu prompt
+    said_before = len(h.said())
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("i'm out saying")
+    h.tick(70, caller=tone_frame())
+    h.tick(10)
+    assert h.session.barge_ins == 0 and gave_way(h)  # waiting for the final words
+    h.asr_final("i'm out saying")
+    assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
+    h.tick(100)
+    menu = h.session.turns[0].agent_prompts[-1]
+    assert menu.interrupted
+    assert len(h.said()) == said_before + 1 and h.said()[-1].startswith("Sorry")  # answered
+
+
 def test_an_acknowledgement_recognised_while_it_is_said_lets_the_prompt_play_on_at_once():
     """ "okay" recognised 100 ms into the voice and still heard 60 ms later: the prompt plays
     again while the caller is still saying it, and carries on to its end."""

@@ -1,0 +1,45 @@
+"""ops/bench/barge-in's replay: a voice over a prompt through the agent's media pipeline and barge-in
+controller on a Clock, the recogniser's words scripted."""
+from __future__ import annotations
+
+import math
+import os
+import struct
+from typing import Any
+
+from media import convert
+from media.latency import write_ulaw_wav
+from tests.bench import load_script
+
+
+def bench() -> Any:
+    return load_script("barge-in", "barge_in_bench")
+
+
+def _entry(tmp_path: Any, kind: str, voice_ms: int) -> dict[str, Any]:
+    """An 8 kHz µ-law file: 100 ms of silence, a 200 Hz tone of *voice_ms* at about -20 dBFS, 100 ms of silence."""
+    n = voice_ms * 8
+    tone = struct.pack(f"<{n}h", *(int(3000 * math.sin(2 * math.pi * 200 * i / 8000)) for i in range(n)))
+    pcm = bytes(1600) + tone + bytes(1600)
+    os.makedirs(tmp_path / "8k", exist_ok=True)
+    write_ulaw_wav(str(tmp_path / "8k" / "voice.wav"), convert.pcm16_to_ulaw(pcm))
+    return {"file": "8k/voice.wav", "kind": kind, "text": "", "voice": "tone", "asks": "all",
+            "duration_ms": voice_ms + 200, "voiced_ms": [[100, 100 + voice_ms]]}
+
+
+def test_a_sentence_over_the_prompt_is_heard_and_an_acknowledgement_lets_it_play_on(tmp_path: Any) -> None:
+    b = bench()
+    cfg = b.config_with([])
+    entry = _entry(tmp_path, "out_of_scope", 800)
+    said = {"events": [[0.5, "interim", "i'm out saying"], [1.2, "final", "i'm out saying", 0.7]]}
+    r = b.over_prompt(entry, said, cfg, str(tmp_path))
+    assert r["onset"] and r["stopped"] and r["why"] == "words" and r["heard"] == "i'm out saying"
+    assert 1000 <= r["verdict_after_ms"] <= 1300  # the final words' time, less the first voiced frame
+
+    ack = {"events": [[0.4, "interim", "uh huh"], [1.2, "final", "uh huh", 0.9]]}
+    r = b.over_prompt(_entry(tmp_path, "backchannel", 800), ack, cfg, str(tmp_path))
+    assert r["onset"] and not r["stopped"] and r["heard"] == "uh huh"
+    assert 0 < r["hole_ms"] < 300  # paused, then played on: no hole a caller notices
+
+    rows = b.summarise([{**r, "kind": "backchannel"}, {**r, "kind": "turn"}])
+    assert rows["all"] == {"let_pass": 1, "false_stops": 0, "holes": 0, "sentences": 1, "dropped": 1}
