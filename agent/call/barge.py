@@ -269,9 +269,11 @@ class BargeController:
             log.info("call {call_id} caller's {text!r} is an acknowledgement: prompt plays on",
                      text=barge.text, **self._log_fields)
         check_in_s = decision.check_in_s
-        if decision.verdict is Verdict.WAIT and self._paused_since is not None and self._playout.paused:
-            # Still undecided: a pause much longer would be a hole in the prompt; it plays on
-            # underneath the voice, ducked, until the verdict.
+        if decision.verdict in (Verdict.WAIT, Verdict.PAUSE) and self._paused_since is not None \
+                and self._playout.paused:
+            # Still undecided (also after pausing again for a voice the prompt had played on
+            # over): a pause much longer would be a hole in the prompt; it plays on underneath
+            # the voice, ducked, until the verdict.
             duck_in_s = self._paused_since + self._config.duck_after_ms / 1000.0 - now
             if duck_in_s <= 0.0005:
                 self._pause_ended("ducked")

@@ -451,6 +451,27 @@ def test_a_long_acknowledgement_leaves_no_hole_longer_than_200_ms_in_the_prompt(
     assert not greeting.interrupted and greeting.played_ms == greeting.total_ms
 
 
+def test_a_prompt_paused_again_for_an_acknowledgement_that_goes_on_is_ducked_200_ms_later():
+    """ "oh okay" of 1.2 s, first heard as "oh" (the prompt plays on over it), then as "uh uh oh"
+    750 ms in: the prompt pauses again, and 200 ms later plays on ducked, as after a first pause,
+    instead of staying paused until the next words or the 1.2 s verdict."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    pl = h.session.playout
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("oh")
+    h.tick(15, caller=tone_frame())
+    assert not pl.paused and not pl.ducked   # an acknowledgement's start: plays on over it
+    h.tick(50, caller=tone_frame())
+    h.asr_interim("uh uh oh")
+    assert pl.paused                         # longer than an acknowledgement, other words
+    h.tick(21, caller=tone_frame())
+    assert pl.ducked and not pl.paused
+    pauses = h.session.record()["prompt_pauses"]
+    assert [(p["outcome"], p["ms"]) for p in pauses][-1] == ("ducked", 200)
+
+
 def test_the_call_record_keeps_each_pause_of_a_prompt_for_a_voice():
     """Each stretch a caller's voice held the prompt paused is in the record with its length
     and what became of it: an "okay" the prompt played on over, a voice still being judged after
