@@ -91,8 +91,11 @@ class BargeInConfig:
     acknowledgement_max_ms: int = 700
     #: a voice at least this long waits for the recogniser's final words before the prompt resumes
     wait_final_after_ms: int = 500
-    #: how long the final words are waited for after the voice ended
-    final_wait_ms: int = 600
+    #: how long the final words are waited for after the voice ended: they come ~300 ms after it
+    #: (Whisper's run), later on a loaded machine (a test call's "check my balance", heard as
+    #: "check my that" until its final came more than 600 ms after the voice, was lost); the
+    #: prompt plays on ducked meanwhile
+    final_wait_ms: int = 1200
     #: quiet after a voice with an acknowledgement's words before it counts as over
     resume_after_ms: int = 40
     #: an acknowledgement lets the prompt play on once the recogniser has held it this long

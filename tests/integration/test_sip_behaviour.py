@@ -177,10 +177,11 @@ def test_hold_and_resume(ringing_agent: AgentProcess, tmp_path, scenario: str, m
     assert f"call {call_id} no input" not in agent.log()
     turns = record["turns"]
     assert isinstance(turns, list) and len(turns) == 2 and turns[1]["caller"] == "check my balance", turns
-    # Before the caller spoke the agent had been heard 1.3 s before the hold and 1 s after it:
-    # talking on during the hold, its prompts would have played ~13 s more.
+    # Before the caller spoke the agent had been heard 1.3 s before the hold and 1 s after it,
+    # then under the caller's request, ducked, until it was judged (4.52 s in all once, on a
+    # loaded machine): talking on during the hold, its prompts would have played ~13 s more.
     said_ms = sum(p["played_ms"] for p in turns[0]["agent"])
-    assert said_ms < 4500, turns[0]
+    assert said_ms < 6000, turns[0]
     assert any(e["intent"] == "balance" for e in record["dialogue"]), record  # type: ignore[union-attr,index]
     sip = _sip_times(pcap, sip_port)
     held_at = next(t for t, m in sip if m.startswith("SIP/2.0 200") and f"2 {method}" in m)
