@@ -56,7 +56,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.call.endpointer import content_words, is_acknowledgement, is_backchannel, words
+from agent.call.completeness import Completeness, completeness
+from agent.call.endpointer import HESITATIONS, content_words, is_acknowledgement, is_backchannel, words
 
 #: words people use to stop someone talking: they take the turn however short the voice
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
@@ -76,6 +77,12 @@ _ACKNOWLEDGING = re.compile(r"\b(?:" + "|".join(re.escape(p) for p in sorted(ACK
                             + r")\b")
 #: words that ask for something: they take the turn like a request does
 ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
+
+
+def _is_hesitation(heard: list[str]) -> bool:
+    """Are the words heard only hesitations ("uh", "um"; not "oh" or "mm", the start of an
+    acknowledgement)? A caller who says "uh, can I ..." over a prompt pauses after it."""
+    return bool(heard) and all(w in HESITATIONS and w not in ACKNOWLEDGEMENT_ONSETS for w in heard)
 
 
 def _is_onset(heard: list[str]) -> bool:
@@ -107,6 +114,10 @@ class BargeInConfig:
     pause_ms: int = 300
     #: ... after a voice with words that are neither an acknowledgement nor a request
     word_gap_ms: int = 100
+    #: ... after words left unfinished ("can i", "connect me to the", "i would like to"): the
+    #: caller is pausing inside a sentence, and keeps the floor (the prompt, ducked, does not
+    #: come back over them); longer than the pauses callers make there (up to 700 ms)
+    unfinished_gap_ms: int = 800
     #: ... after a voice with no words yet: it may be the first sound of a word ("w" of "what")
     #: before a silent stretch, and resuming the prompt in between makes it stutter
     no_words_gap_ms: int = 200
@@ -235,10 +246,15 @@ class BargeIn:
         asking = not acknowledging and (
             self._is_request(self.text) or any(w in ASKING_WORDS for w in heard))
         over_after_ms = (c.pause_ms if asking else c.no_words_gap_ms if not heard
-                         else c.resume_after_ms if acknowledging else c.word_gap_ms)
+                         else c.unfinished_gap_ms if _is_hesitation(heard)
+                         else c.resume_after_ms if acknowledging
+                         else c.unfinished_gap_ms if completeness(self.text) is Completeness.UNFINISHED
+                         else c.word_gap_ms)
         still = speaking or quiet_ms < over_after_ms
         if asking and spoke_ms > c.acknowledgement_max_ms:
             return self._final(Verdict.INTERRUPT, "request")
+        if not speaking and self._said_something(spoke_ms):
+            return self._final(Verdict.INTERRUPT, "words")
         if still:
             if spoke_ms >= c.interruption_min_ms:
                 return self._final(Verdict.INTERRUPT, "long enough")
@@ -265,8 +281,6 @@ class BargeIn:
                 and quiet_ms < c.final_wait_ms):
             # Longer than most acknowledgements: let the recogniser's final words say what it was.
             return self._wait(0.05)
-        if self._said_something(spoke_ms):
-            return self._final(Verdict.INTERRUPT, "words")
         self.resumed_at = now
         self.resumed_on_onset = _is_onset(heard)
         return self._final(Verdict.RESUME, "acknowledgement" if heard else "no words")

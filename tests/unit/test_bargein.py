@@ -227,13 +227,29 @@ def test_the_rest_of_an_acknowledgement_after_its_start_is_talked_over():
 def test_a_voice_back_after_other_words_is_judged_paused_again():
     """A voice that ended on words that are not the start of an acknowledgement ("sure", which may
     be the recogniser's first guess at "ch" of "check") is paused again when it comes back."""
-    for words_before in ("sure", "the", ""):
+    for words_before, over_at in (("sure", 0.45), ("", 0.45), ("the", 1.01)):
         b = barge()
         b.on_words(words_before, at=0.15)
-        assert b.decide(0.45, last_voiced_at=0.2, speaking=False).verdict is Verdict.RESUME
+        assert b.decide(over_at, last_voiced_at=0.2, speaking=False).verdict is Verdict.RESUME
         assert not b.resumed_on_onset
         b.revive()
         assert not b.talking_over
+
+
+def test_words_left_unfinished_keep_the_floor_through_a_pause():
+    """ "can i" (400 ms), then quiet: a caller pausing inside a sentence, not a misheard
+    acknowledgement over after the stop before a consonant. The prompt (ducked by then) does not
+    come back for 800 ms; the voice coming back within that is the same barge-in."""
+    b = barge()
+    b.on_words("can i", at=0.3)
+    assert b.decide(0.55, last_voiced_at=0.4, speaking=False).verdict is Verdict.WAIT
+    assert b.decide(1.15, last_voiced_at=0.4, speaking=False).verdict is Verdict.WAIT
+    b.on_words("can i get someone on the line", at=1.3)
+    d = b.decide(1.6, last_voiced_at=1.6, speaking=True)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "long enough"
+    b = barge()
+    b.on_words("can i", at=0.3)
+    assert b.decide(1.21, last_voiced_at=0.4, speaking=False).verdict is Verdict.RESUME
 
 
 def _said(text: str, voice_s: float, confidence: float | None) -> BargeIn:
@@ -268,7 +284,7 @@ def test_the_start_of_a_sentence_keeps_the_floor_too():
 ])
 def test_an_acknowledgement_heard_as_words_lets_the_prompt_resume(text, voice_s, confidence):
     b = _said(text, voice_s, confidence)
-    assert b.decide(voice_s + 0.3, last_voiced_at=voice_s, speaking=False).verdict is Verdict.RESUME
+    assert b.decide(voice_s + 0.9, last_voiced_at=voice_s, speaking=False).verdict is Verdict.RESUME
 
 
 def test_the_sentence_rule_waits_for_the_final_words():
@@ -288,3 +304,14 @@ def test_final_words_that_come_late_are_still_waited_for():
     b.on_words("check my balance", final=True, at=0.94 + 0.9, confidence=0.8)
     d = b.decide(0.94 + 0.9, last_voiced_at=0.94, speaking=False)
     assert d.verdict is Verdict.INTERRUPT and d.why == "request"
+
+
+def test_a_hesitation_keeps_the_floor_like_unfinished_words():
+    """ "uh," then a pause: the start of a question ("uh, can I get a staff member ..."), not an
+    acknowledgement over; "oh" still ends as the start of one ("o | kay")."""
+    b = barge()
+    b.on_words("uh", at=0.2)
+    assert b.decide(0.6, last_voiced_at=0.25, speaking=False).verdict is Verdict.WAIT
+    b = barge()
+    b.on_words("oh", at=0.2)
+    assert b.decide(0.3, last_voiced_at=0.25, speaking=False).verdict is Verdict.RESUME and b.resumed_on_onset
