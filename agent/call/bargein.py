@@ -118,6 +118,9 @@ class BargeInConfig:
     #: caller is pausing inside a sentence, and keeps the floor (the prompt, ducked, does not
     #: come back over them); longer than the pauses callers make there (up to 700 ms)
     unfinished_gap_ms: int = 800
+    #: ... for a voice at least this long: noise bursts and coughs (up to ~200 ms) the recogniser
+    #: turns into "uh" or "the" are over when they stop
+    unfinished_min_ms: int = 250
     #: ... after a voice with no words yet: it may be the first sound of a word ("w" of "what")
     #: before a silent stretch, and resuming the prompt in between makes it stutter
     no_words_gap_ms: int = 200
@@ -245,11 +248,14 @@ class BargeIn:
             return self._final(Verdict.INTERRUPT, "interrupting word")
         asking = not acknowledging and (
             self._is_request(self.text) or any(w in ASKING_WORDS for w in heard))
+        # Only a voice as long as a word can be the start of a sentence: a noise burst or a
+        # cough the recogniser turns into "uh" or "the" is over when it stops.
+        unfinished = spoke_ms >= c.unfinished_min_ms and (
+            _is_hesitation(heard)
+            or not acknowledging and completeness(self.text) is Completeness.UNFINISHED)
         over_after_ms = (c.pause_ms if asking else c.no_words_gap_ms if not heard
-                         else c.unfinished_gap_ms if _is_hesitation(heard)
-                         else c.resume_after_ms if acknowledging
-                         else c.unfinished_gap_ms if completeness(self.text) is Completeness.UNFINISHED
-                         else c.word_gap_ms)
+                         else c.unfinished_gap_ms if unfinished
+                         else c.resume_after_ms if acknowledging else c.word_gap_ms)
         still = speaking or quiet_ms < over_after_ms
         if asking and spoke_ms > c.acknowledgement_max_ms:
             return self._final(Verdict.INTERRUPT, "request")

@@ -315,3 +315,12 @@ def test_a_hesitation_keeps_the_floor_like_unfinished_words():
     b = barge()
     b.on_words("oh", at=0.2)
     assert b.decide(0.3, last_voiced_at=0.25, speaking=False).verdict is Verdict.RESUME and b.resumed_on_onset
+
+
+def test_a_noise_burst_heard_as_a_hesitation_is_over_when_it_stops():
+    """A 150 ms burst the recogniser turns into "uh" or "the" is no start of a sentence: the
+    prompt comes back after the usual gap, not 800 ms later."""
+    for heard, over_at in (("uh", 0.2), ("the", 0.26)):
+        b = barge()
+        b.on_words(heard, at=0.1)
+        assert b.decide(over_at, last_voiced_at=0.15, speaking=False).verdict is Verdict.RESUME, heard
