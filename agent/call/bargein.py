@@ -29,7 +29,9 @@ plays on:
   It has ended after ``resume_after_ms`` of quiet when it had an
   acknowledgement's words, after ``word_gap_ms`` when it had others (the stop
   before a consonant), after ``no_words_gap_ms`` when it had none yet, after
-  ``pause_ms`` when they were a request (people pause inside a sentence); a
+  ``pause_ms`` when they were a request (people pause inside a sentence), after
+  ``unfinished_gap_ms`` when they were left unfinished or only hesitations ("can i",
+  "uh,": the caller keeps the floor, the prompt ducked, through a pause); a
   voice longer than ``wait_final_after_ms`` first waits for
   the recogniser's final words. If the voice comes back within ``rejoin_ms`` of
   the prompt resuming, the session revives the same barge-in
