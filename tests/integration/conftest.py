@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -21,10 +22,37 @@ VENV_BIN = os.path.dirname(sys.executable)
 OPENCLAW = os.path.join(VENV_BIN, "openclaw-voice")
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+#: ports are handed out below the kernel's ephemeral range: a port a process binds as port 0 (the
+#: agent's embedded speech server, SIPp, the test caller) can then never be one a test chose for
+#: something else, as happened when both came from that range ("Address already in use"). Above
+#: the agents' RTP ports (4000-4199 by default), below test_workers' blocks (20000 and up)
+_PORTS_FROM, _PORTS_TO = 10000, min(20000, max(_ephemeral_low(), 11000))
+_handed_out: set[int] = set()
+_pick = random.Random(os.getpid() ^ time.time_ns())
+
+
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free for *kind* now, below the ephemeral range, not handed out before by
+    this process."""
+    while True:
+        port = _pick.randrange(_PORTS_FROM, _PORTS_TO)
+        if port in _handed_out:
+            continue
+        try:
+            with socket.socket(socket.AF_INET, kind) as s:
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        _handed_out.add(port)
+        return port
 
 
 def free_sip_port() -> int:
