@@ -54,12 +54,12 @@ The class is pure: it is fed timestamps and words and answers with a
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.call.completeness import Completeness, completeness
-from agent.call.endpointer import HESITATIONS, content_words, is_acknowledgement, is_backchannel, words
+from agent.call.endpointer import (BACKCHANNELS, HESITATIONS, is_acknowledgement, is_backchannel,
+                                   phrase_pattern, words, words_besides)
 
 #: words people use to stop someone talking: they take the turn however short the voice
 STOP_WORDS = frozenset("wait stop hold excuse pardon sorry".split())
@@ -75,8 +75,8 @@ ACKNOWLEDGING = frozenset({
     "perfect", "cool", "good", "fine", "nice", "thanks", "thank you", "then", "i know", "exactly", "wow",
     "true", "really", "indeed", "absolutely", "definitely", "sure thing", "no problem", "go on", "go ahead",
     "i get it"})
-_ACKNOWLEDGING = re.compile(r"\b(?:" + "|".join(re.escape(p) for p in sorted(ACKNOWLEDGING, key=len, reverse=True))
-                            + r")\b")
+#: what makes no sentence: acknowledgements, hesitations and acknowledging words
+_NO_SENTENCE = phrase_pattern(BACKCHANNELS | ACKNOWLEDGING)
 #: words that ask for something: they take the turn like a request does
 ASKING_WORDS = frozenset("hello help question repeat again actually no agent operator representative".split())
 
@@ -250,14 +250,7 @@ class BargeIn:
             return self._final(Verdict.INTERRUPT, "interrupting word")
         asking = not acknowledging and (
             self._is_request(self.text) or any(w in ASKING_WORDS for w in heard))
-        # Only a voice as long as a word can be the start of a sentence: a noise burst or a
-        # cough the recogniser turns into "uh" or "the" is over when it stops.
-        unfinished = spoke_ms >= c.unfinished_min_ms and (
-            _is_hesitation(heard)
-            or not acknowledging and completeness(self.text) is Completeness.UNFINISHED)
-        over_after_ms = (c.pause_ms if asking else c.no_words_gap_ms if not heard
-                         else c.unfinished_gap_ms if unfinished
-                         else c.resume_after_ms if acknowledging else c.word_gap_ms)
+        over_after_ms = self._over_after_ms(heard, acknowledging, asking, spoke_ms)
         still = speaking or quiet_ms < over_after_ms
         if asking and spoke_ms > c.acknowledgement_max_ms:
             return self._final(Verdict.INTERRUPT, "request")
@@ -293,14 +286,28 @@ class BargeIn:
         self.resumed_on_onset = _is_onset(heard)
         return self._final(Verdict.RESUME, "acknowledgement" if heard else "no words")
 
+    def _over_after_ms(self, heard: list[str], acknowledging: bool, asking: bool, spoke_ms: float) -> float:
+        """How much quiet ends the voice, by what its words are so far."""
+        c = self.config
+        if asking:
+            return c.pause_ms
+        if not heard:
+            return c.no_words_gap_ms
+        # Only a voice as long as a word can be the start of a sentence: a noise burst or a
+        # cough the recogniser turns into "uh" or "the" is over when it stops.
+        if spoke_ms >= c.unfinished_min_ms and (
+                _is_hesitation(heard)
+                or not acknowledging and completeness(self.text) is Completeness.UNFINISHED):
+            return c.unfinished_gap_ms
+        return c.resume_after_ms if acknowledging else c.word_gap_ms
+
     def _said_something(self, spoke_ms: float) -> bool:
         """Final words of a sentence (or of its start), heard with confidence, from a voice longer
         than most acknowledgements."""
         c = self.config
         return (self.final and spoke_ms >= c.sentence_min_ms and self.confidence is not None
                 and self.confidence >= c.sentence_min_confidence
-                and len(_ACKNOWLEDGING.sub(" ", " ".join(content_words(self.text))).split())
-                >= c.sentence_min_words)
+                and len(words_besides(self.text, _NO_SENTENCE)) >= c.sentence_min_words)
 
     def _wait(self, check_in_s: float) -> Decision:
         return Decision(Verdict.TALK_OVER if self.talking_over else Verdict.WAIT, check_in_s=check_in_s)

@@ -57,14 +57,19 @@ def _alternatives(phrases: frozenset[str]) -> str:
     return "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
 
 
-_BACKCHANNEL_PHRASE = re.compile(rf"\b(?:{_alternatives(BACKCHANNELS)})\b")
 _ACKNOWLEDGEMENT = re.compile(rf"^(?:(?:{_alternatives(HESITATIONS)}) )*(?:{_alternatives(ACKNOWLEDGEMENTS)})"
                               rf"(?: (?:{_alternatives(BACKCHANNELS)}))*$")
 
 
-def content_words(text: str) -> list[str]:
-    """The words of *text* besides acknowledgements and hesitations ("all right i'm ah": ["i'm"])."""
-    return _BACKCHANNEL_PHRASE.sub(" ", _plain(text)).split()
+def phrase_pattern(phrases: frozenset[str]) -> re.Pattern[str]:
+    """Any of *phrases* as whole words (the longest first: "all right" before "all")."""
+    return re.compile(rf"\b(?:{_alternatives(phrases)})\b")
+
+
+def words_besides(text: str, phrases: re.Pattern[str]) -> list[str]:
+    """The words of *text* outside the *phrases* (:func:`phrase_pattern`): "all right i'm ah"
+    besides the backchannels is ["i'm"]."""
+    return phrases.sub(" ", _plain(text)).split()
 
 
 def is_acknowledgement(text: str) -> bool:

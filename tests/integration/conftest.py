@@ -36,35 +36,42 @@ def _ephemeral_low() -> int:
 #: the agents' RTP ports (4000-4199 by default), below test_workers' blocks (20000 and up)
 _PORTS_FROM, _PORTS_TO = 10000, min(20000, max(_ephemeral_low(), 11000))
 _handed_out: set[int] = set()
-_pick = random.Random(os.getpid() ^ time.time_ns())
+
+
+def port_block(count: int, low: int, high: int,
+               kinds: tuple[int, ...] = (socket.SOCK_DGRAM, socket.SOCK_STREAM)) -> int:
+    """First port of *count* consecutive ports in [low, high) free for *kinds* on 127.0.0.1 now,
+    none handed out before by this process."""
+    for _ in range(1000):
+        base = random.randrange(low, high - count + 1)
+        ports = range(base, base + count)
+        if _handed_out.intersection(ports):
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for port in ports:
+                for kind in kinds:
+                    s = socket.socket(socket.AF_INET, kind)
+                    socks.append(s)
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        _handed_out.update(ports)
+        return base
+    raise AssertionError(f"no {count} free ports in {low}-{high}")
 
 
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:
-    """A loopback port free for *kind* now, below the ephemeral range, not handed out before by
-    this process."""
-    while True:
-        port = _pick.randrange(_PORTS_FROM, _PORTS_TO)
-        if port in _handed_out:
-            continue
-        try:
-            with socket.socket(socket.AF_INET, kind) as s:
-                s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        _handed_out.add(port)
-        return port
+    """A loopback port free for *kind*, below the ephemeral range."""
+    return port_block(1, _PORTS_FROM, _PORTS_TO, (kind,))
 
 
 def free_sip_port() -> int:
     """A port free for both UDP (SIP) and TCP."""
-    while True:
-        port = free_port(socket.SOCK_DGRAM)
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
+    return port_block(1, _PORTS_FROM, _PORTS_TO)
 
 
 def read_metrics(port: int, timeout_s: float = 5.0) -> dict[str, float]:

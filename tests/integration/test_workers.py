@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -26,7 +23,8 @@ import pytest
 
 from media.pcap import rtp_streams
 from tests.integration.conftest import (
-    OPENCLAW, ROOT, Capture, free_port, free_sip_port, read_health, read_metrics, run_sipp, wait_until,
+    OPENCLAW, ROOT, Capture, free_port, free_sip_port, port_block, read_health, read_metrics, run_sipp,
+    wait_until,
 )
 
 pytestmark = [
@@ -38,26 +36,6 @@ pytestmark = [
 
 SIPP_DIR = os.path.join(ROOT, "ops", "sipp")
 GOODBYE = "We have to end this call now"
-
-
-def _port_block(count: int, low: int, high: int) -> int:
-    """First port of *count* consecutive ports free for UDP and TCP on 127.0.0.1."""
-    for _ in range(200):
-        base = random.randrange(low, high - count)
-        try:
-            socks = []
-            for port in range(base, base + count):
-                for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
-                    s = socket.socket(socket.AF_INET, kind)
-                    socks.append(s)
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        return base
-    raise AssertionError("no free port block")
 
 
 @dataclass
@@ -116,9 +94,9 @@ class Node:
 def start_node(tmp_path: str, *extra: str, workers: int = 2, capacity: int = 4,
                env: dict[str, str] | None = None) -> Node:
     sip_port = free_sip_port()
-    worker_port = _port_block(workers, 20000, 30000)
-    metrics_port = _port_block(workers + 1, 30000, 32000)
-    rtp_port = _port_block(1, 42000, 58000) // 2 * 2
+    worker_port = port_block(workers, 20000, 30000)
+    metrics_port = port_block(workers + 1, 30000, 32000)
+    rtp_port = port_block(1, 42000, 58000) // 2 * 2
     rtp_range = 60 * workers
     run_dir = os.path.join(tmp_path, "run")
     records_dir = os.path.join(tmp_path, "calls")
