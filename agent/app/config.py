@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 from agent.app.config_routing import SECTIONS, ProbeSettings, read_section
@@ -21,6 +21,7 @@ from agent.speech.failover_core import FailoverSettings
 from agent.speech.voices import DEFAULT_VOICE
 from agent.secrets import remember_secret
 from agent.app.config_sip import TRANSPORT_KEYS, read_transport_keys
+from agent.call.bargein import BargeInConfig
 from agent.yamlmarks import ConfigError, Mark, Node, key_mark, load
 from sip.doors import DoorSettings
 from sip.guard import ALGORITHMS, AccessSettings, DigestUser, parse_source
@@ -200,6 +201,8 @@ class ServerConfig:
     speech: SpeechSettings = field(default_factory=SpeechSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     endpointing: EndpointingSettings = field(default_factory=EndpointingSettings)
+    #: what a caller's voice over an interruptible prompt must be to take the turn
+    barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     dialplans: tuple[str, ...] = (DEFAULT_DIALPLAN,)
     #: where "talk to a person" transfers go (blind transfer with REFER)
     transfer_uri: str = "sip:agents@127.0.0.1:5070"
@@ -451,6 +454,45 @@ def _access(r: _Reader | None, errors: list[tuple[Mark, str]]) -> AccessSettings
         retry_interval_s=retry_interval_s, ban_after_failures=after, ban_window_s=window_s, ban_s=ban_s)
 
 
+def _fraction(v: float) -> str | None:
+    return None if 0.0 <= v <= 1.0 else "expected a number from 0 to 1"
+
+
+def _not_negative(v: int) -> str | None:
+    return None if v >= 0 else "expected an integer of 0 or more"
+
+
+def _barge_in_settings(r: _Reader | None) -> BargeInConfig:
+    """``barge_in``: every field of :class:`BargeInConfig` (docs/configuration.md), checked alone
+    and against each other."""
+    d = BargeInConfig()
+    if r is None:
+        return d
+    r.check_keys(tuple(f.name for f in fields(BargeInConfig)))
+    values: dict[str, Any] = {}
+    for f in fields(BargeInConfig):
+        default = getattr(d, f.name)
+        if isinstance(default, float):
+            values[f.name] = _number(r, f.name, default, _fraction)
+        elif f.name.endswith("_words"):
+            values[f.name] = r.get(f.name, int, default, _positive)
+        else:
+            values[f.name] = r.get(f.name, int, default, _not_negative)
+    config = BargeInConfig(**values)
+    for shorter, longer, why in (
+            ("acknowledgement_max_ms", "interruption_min_ms",
+             "a voice that long takes the turn before a request in it could"),
+            ("wait_final_after_ms", "sentence_min_ms",
+             "final words are waited for only after a voice of wait_final_after_ms")):
+        if getattr(config, shorter) > getattr(config, longer):
+            key = longer if longer in r.values else shorter
+            r.errors.append((r.values[key].mark if key in r.values else r.node.mark,
+                             f"{r.where}.{shorter} ({getattr(config, shorter)}) must not exceed "
+                             f"{r.where}.{longer} ({getattr(config, longer)}): {why}"))
+            return d
+    return config
+
+
 def load_config(path: str | None) -> ServerConfig:
     """Load *path* (None: all defaults). Raises :class:`ConfigError`."""
     if path is None:
@@ -458,7 +500,7 @@ def load_config(path: str | None) -> ServerConfig:
     root = load(path)
     errors: list[tuple[Mark, str]] = []
     top = _Reader(root, "config", errors)
-    top.check_keys(("sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
+    top.check_keys(("sip", "media", "speech", "metrics", "endpointing", "barge_in", "dialplans", "transfer_uri", "call_records",
                     "recordings_dir", "variables", "http", "dialogue", "status", "admin",
                     "recordings_retention"))
     base = os.path.dirname(os.path.abspath(path))
@@ -581,6 +623,8 @@ def load_config(path: str | None) -> ServerConfig:
                                           _positive),
             short_turn_silence_ms=r.get("short_turn_silence_ms", int, endpointing.short_turn_silence_ms, _positive))
 
+    barge_in = _barge_in_settings(top.sub("barge_in"))
+
     dialplans = tuple(os.path.join(base, p) for p in top.strings("dialplans", ())) or (DEFAULT_DIALPLAN,)
     variables: tuple[tuple[str, str], ...] = ()
     if (r := top.sub("variables")) is not None:
@@ -593,7 +637,7 @@ def load_config(path: str | None) -> ServerConfig:
     if errors:
         raise ConfigError(errors)
     return ServerConfig(sip=sip, media=media, speech=speech, metrics=metrics, endpointing=endpointing,
-                        dialplans=dialplans,
+                        barge_in=barge_in, dialplans=dialplans,
                         transfer_uri=top.get("transfer_uri", str, ServerConfig.transfer_uri),
                         call_records=call_records, recordings_dir=recordings_dir, variables=variables,
                         http=http, dialogue=dialogue, status=status, admin=admin, recordings_retention=retention)

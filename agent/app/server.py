@@ -517,6 +517,7 @@ class AgentServer:
             phrase_hints=self.config.speech.phrase_hints,
             alternatives=self.config.speech.alternatives,
             first_prompt_delay_ms=self.config.media.first_prompt_delay_ms,
+            barge_in=self.config.barge_in,
             endpointer=EndpointerConfig(
                 complete_silence_ms=self.config.endpointing.complete_silence_ms,
                 meaning_silence_ms=self.config.endpointing.meaning_silence_ms,

@@ -96,6 +96,30 @@ def test_finished_sentence_silence_is_configurable_and_must_be_positive(tmp_path
     assert str(e.value).startswith(f"{p}:2:24: config.endpointing.finished_silence_ms")
 
 
+def test_barge_in_rules_are_configurable_and_checked_at_their_line(tmp_path):
+    """barge_in takes every BargeInConfig field; a wrong type, a confidence above 1, an unknown key
+    and two settings that contradict each other are refused with file:line and what was expected."""
+    from agent.call.bargein import BargeInConfig
+    assert load_config(None).barge_in == BargeInConfig()
+    p = tmp_path / "c.yaml"
+    p.write_text("barge_in:\n  interruption_min_ms: 1500\n  sentence_min_confidence: 0.5\n  duck_after_ms: 0\n")
+    b = load_config(str(p)).barge_in
+    assert (b.interruption_min_ms, b.sentence_min_confidence, b.duck_after_ms) == (1500, 0.5, 0)
+    assert b.sentence_min_ms == BargeInConfig().sentence_min_ms
+    for text, where, expected in (
+            ("barge_in:\n  sentence_min_confidence: 1.5\n", "2:28", "expected a number from 0 to 1"),
+            ("barge_in:\n  tail_ms: soon\n", "2:12", "expected int, got a string"),
+            ("barge_in:\n  sentence_min_words: 0\n", "2:23", "expected a positive integer"),
+            ("barge_in:\n  duck_ms: 10\n", "2:3", "unknown key 'duck_ms'"),
+            ("barge_in:\n  interruption_min_ms: 500\n", "2:24",
+             "acknowledgement_max_ms (700) must not exceed config.barge_in.interruption_min_ms (500)")):
+        p.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            load_config(str(p))
+        assert str(e.value).startswith(f"{p}:{where}: "), str(e.value)
+        assert "config.barge_in" in str(e.value) and expected in str(e.value)
+
+
 def test_general_model_alongside_hints_is_off_unless_configured(tmp_path):
     """speech.embedded_general_alongside_hints is false by default and read as a boolean."""
     assert load_config(None).speech.embedded_general_alongside_hints is False

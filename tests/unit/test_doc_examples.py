@@ -19,7 +19,7 @@ from agent.dialplan.model import parse_dialplan
 from agent.integrations.webhook import MockWebhooks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG_KEYS = {"sip", "media", "speech", "metrics", "endpointing", "dialplans", "transfer_uri", "call_records",
+CONFIG_KEYS = {"sip", "media", "speech", "metrics", "endpointing", "barge_in", "dialplans", "transfer_uri", "call_records",
                "recordings_dir", "variables", "http", "dialogue", "status", "admin", "recordings_retention"}
 BLOCK = re.compile(r"^```ya?ml\n(.*?)^```", re.M | re.S)
 UNKNOWN_STEP = re.compile(r"refers to unknown step '([^']+)' in flow '([^']+)'")
