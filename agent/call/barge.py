@@ -68,6 +68,9 @@ class BargeHooks(Protocol):
     def is_request(self, text: str) -> bool:
         """Do *text*'s words make a request of the current question?"""
 
+    def is_meant(self, text: str) -> bool:
+        """Do they make one by meaning (``BargeInConfig.meaning_min_ms``)?"""
+
     def interrupt(self, barge: BargeIn) -> None:
         """The caller's voice takes the turn: stop the prompt and listen."""
 
@@ -149,7 +152,7 @@ class BargeController:
             return
         if self._rejoin(started_at, paused=True):
             return
-        self.current = BargeIn(started_at, self._hooks.is_request, self._config)
+        self.current = BargeIn(started_at, self._hooks.is_request, self._config, is_meant=self._hooks.is_meant)
         if self._metrics:
             self._metrics.barge_in_decision.observe(max(0.0, self._reactor.seconds() - started_at))
         log.info("call {call_id} caller's voice: prompt paused", **self._log_fields)
@@ -230,7 +233,8 @@ class BargeController:
         self.note_cut_in()
         if not self._media.barge_armed or self.current is not None:
             return
-        self.current = BargeIn(started_at, self._hooks.is_request, self._config, tail=True)
+        self.current = BargeIn(started_at, self._hooks.is_request, self._config, tail=True,
+                               is_meant=self._hooks.is_meant)
         self.current.on_words(self._transcripts.text, at=self._reactor.seconds())
         log.info("call {call_id} caller went on talking as the reply began: reply plays on", **self._log_fields)
         self.check()

@@ -17,6 +17,9 @@ plays on:
   recognisers turn acknowledgements into short random words, and a short
   "mm-hmm" heard as "an agent" must not transfer the call;
 * so does a voice that goes on for ``interruption_min_ms``, whatever the words;
+* so does a request the current question understands by meaning only ("good night", "is
+  there a person I could talk to"), once the voice is over and its final words are heard with
+  confidence, from a voice longer than a quick acknowledgement (``meaning_min_ms``);
 * and a voice that said something: once it is over, final words of a few words besides
   acknowledgements and hesitations ("I'm out, thanks", "I would like to"), heard with
   confidence, from a voice longer than most acknowledgements (``sentence_min_ms``). Resuming
@@ -143,6 +146,12 @@ class BargeInConfig:
     sentence_min_ms: int = 700
     sentence_min_words: int = 2
     sentence_min_confidence: float = 0.4
+    #: a voice at least this long that is over, whose final words (heard with at least
+    #: ``sentence_min_confidence``) make a request of the current question by meaning, takes the
+    #: turn: a short goodbye or answer ("so long", "good night") over a prompt is not lost. Its
+    #: final words are waited for (``final_wait_ms``) when it has any words besides an
+    #: acknowledgement's
+    meaning_min_ms: int = 300
     #: a voice that starts this soon after the caller's last words, once the agent has taken the
     #: turn, is the caller finishing it ("check my balance | please"): too soon to be a reaction
     #: to the reply (whose first sound reaches the caller some 100 ms after those words; people
@@ -175,13 +184,17 @@ class BargeIn:
     """
 
     def __init__(self, started_at: float, is_request: Callable[[str], bool],
-                 config: BargeInConfig | None = None, tail: bool = False) -> None:
+                 config: BargeInConfig | None = None, tail: bool = False,
+                 is_meant: Callable[[str], bool] | None = None) -> None:
         """*tail*: the voice is the caller finishing the turn the agent has just answered (see
         ``BargeInConfig.tail_ms``); the reply was not paused for it and plays on over it unless
-        its words interrupt or it goes on longer than an acknowledgement."""
+        its words interrupt or it goes on longer than an acknowledgement. *is_meant* says
+        whether words make a request of the current question by meaning (None: not asked)."""
         self.started_at = started_at
         self.config = config or BargeInConfig()
         self._is_request = is_request
+        self._is_meant = is_meant
+        self._meant: dict[str, bool] = {}
         self.text = ""
         self._text_since = started_at
         self.final = False
@@ -256,6 +269,8 @@ class BargeIn:
             return self._final(Verdict.INTERRUPT, "request")
         if not speaking and self._said_something(spoke_ms):
             return self._final(Verdict.INTERRUPT, "words")
+        if not speaking and not acknowledging and self._meant_request(spoke_ms):
+            return self._final(Verdict.INTERRUPT, "request by meaning")
         if still:
             if spoke_ms >= c.interruption_min_ms:
                 return self._final(Verdict.INTERRUPT, "long enough")
@@ -278,9 +293,11 @@ class BargeIn:
                 # A request, unless the voice stops before an acknowledgement would.
                 return self._wait((c.acknowledgement_max_ms - spoke_ms) / 1000.0 + 0.01)
             return self._wait(max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))
-        if (spoke_ms >= c.wait_final_after_ms and not self.final and not asking
-                and quiet_ms < c.final_wait_ms):
-            # Longer than most acknowledgements: let the recogniser's final words say what it was.
+        waits_final = spoke_ms >= c.wait_final_after_ms or (
+            self._is_meant is not None and not acknowledging and spoke_ms >= c.meaning_min_ms)
+        if waits_final and not self.final and not asking and quiet_ms < c.final_wait_ms:
+            # Longer than most acknowledgements, or words that may be a short request: let the
+            # recogniser's final words say what it was.
             return self._wait(0.05)
         self.resumed_at = now
         self.resumed_on_onset = _is_onset(heard)
@@ -308,6 +325,21 @@ class BargeIn:
         return (self.final and spoke_ms >= c.sentence_min_ms and self.confidence is not None
                 and self.confidence >= c.sentence_min_confidence
                 and len(words_besides(self.text, _NO_SENTENCE)) >= c.sentence_min_words)
+
+    def _meant_request(self, spoke_ms: float) -> bool:
+        """Final words heard with confidence that make a request by meaning, from a voice longer
+        than a quick acknowledgement (asked once per text: a match by meaning costs ~10 ms)."""
+        c = self.config
+        if not (self._is_meant is not None and self.final and spoke_ms >= c.meaning_min_ms
+                and self.confidence is not None and self.confidence >= c.sentence_min_confidence):
+            return False
+        # Acknowledging words alone ("okay great") may be a goodbye by meaning, but over a prompt
+        # they acknowledge it; words left unfinished ("all right and") are not yet a request.
+        if not words_besides(self.text, _NO_SENTENCE) or completeness(self.text) is Completeness.UNFINISHED:
+            return False
+        if self.text not in self._meant:
+            self._meant[self.text] = self._is_meant(self.text)
+        return self._meant[self.text]
 
     def _wait(self, check_in_s: float) -> Decision:
         return Decision(Verdict.TALK_OVER if self.talking_over else Verdict.WAIT, check_in_s=check_in_s)

@@ -694,5 +694,8 @@ class _BargeHooks:
     def is_request(self, text: str) -> bool:
         return self._session._is_complete(text)
 
+    def is_meant(self, text: str) -> bool:
+        return self._session._is_meant(text)
+
     def interrupt(self, barge: BargeIn) -> None:
         self._session._on_barge_in(barge)

@@ -324,3 +324,58 @@ def test_a_noise_burst_heard_as_a_hesitation_is_over_when_it_stops():
         b = barge()
         b.on_words(heard, at=0.1)
         assert b.decide(over_at, last_voiced_at=0.15, speaking=False).verdict is Verdict.RESUME, heard
+
+
+MEANT = {"so long", "good night", "indeed i do", "okay great", "all right and"}
+
+
+def _meant(text: str, voice_s: float, confidence: float | None, *, with_final: bool = True) -> tuple[BargeIn, list[str]]:
+    """A voice of *voice_s* heard as *text* at an ask whose dialogue understands MEANT by meaning
+    (and records what it was asked), its final words 300 ms after it ended."""
+    asked: list[str] = []
+
+    def is_meant(t: str) -> bool:
+        asked.append(t)
+        return t in MEANT
+
+    b = BargeIn(0.0, lambda text: False, BargeInConfig(), is_meant=is_meant)
+    b.on_words(text, at=0.2)
+    if with_final:
+        assert b.decide(voice_s + 0.05, last_voiced_at=voice_s, speaking=False).verdict is Verdict.WAIT
+        b.on_words(text, final=True, at=voice_s + 0.3, confidence=confidence)
+    return b, asked
+
+
+def test_a_short_request_by_meaning_over_the_prompt_takes_the_turn():
+    """ "so long" (520 ms) over a prompt: shorter than a sentence must be, no example's words,
+    but the question understands it by meaning: once its final words are in, it takes the turn
+    (asked of the dialogue once, however often the verdict is checked)."""
+    b, asked = _meant("so long", 0.52, 0.8)
+    d = b.decide(0.85, last_voiced_at=0.52, speaking=False)
+    assert d.verdict is Verdict.INTERRUPT and d.why == "request by meaning"
+    assert asked == ["so long"]
+
+
+@pytest.mark.parametrize("text, voice_s, confidence", [
+    ("good night", 0.25, 0.9),      # shorter than meaning_min_ms: a quick acknowledgement misheard
+    ("indeed i do", 0.76, 0.16),    # heard with little confidence
+    ("okay great", 0.6, 0.9),       # acknowledging words only: a goodbye by meaning, but over a prompt
+    ("all right and", 0.66, 0.9),   # left unfinished
+    ("check my card", 0.6, 0.9),    # not understood by meaning
+])
+def test_what_is_no_short_request_by_meaning_lets_the_prompt_resume(text, voice_s, confidence):
+    b, _ = _meant(text, voice_s, confidence, with_final=voice_s >= 0.3)
+    if voice_s < 0.3:  # too short to wait for final words: over once the words' gap has passed
+        assert b.decide(voice_s + 0.2, last_voiced_at=voice_s, speaking=False).verdict is Verdict.RESUME
+        return
+    assert b.decide(voice_s + 0.9, last_voiced_at=voice_s, speaking=False).verdict is Verdict.RESUME
+
+
+def test_a_short_voice_with_words_waits_for_the_final_only_when_meaning_is_asked():
+    """Without an is_meant hook (the recogniser's final is not needed), a 400 ms voice with other
+    words is over after the words' gap, as before."""
+    b = BargeIn(0.0, lambda text: False, BargeInConfig())
+    b.on_words("so long", at=0.2)
+    assert b.decide(0.55, last_voiced_at=0.4, speaking=False).verdict is Verdict.RESUME
+    b, _ = _meant("so long", 0.4, 0.8, with_final=False)
+    assert b.decide(0.55, last_voiced_at=0.4, speaking=False).verdict is Verdict.WAIT

@@ -384,6 +384,26 @@ def test_a_sentence_over_a_prompt_that_is_no_request_is_heard_not_lost():
     assert len(h.said()) == said_before + 1 and h.said()[-1].startswith("Sorry")  # answered
 
 
+def test_a_short_goodbye_by_meaning_over_a_prompt_is_heard_not_lost():
+    """ "so long" (500 ms) over the menu: too short for the sentence rule and no example's words,
+    but the menu understands it by meaning (a goodbye). Once its final words are in, it takes the
+    turn, and the dialogue asks before ending the call."""
+    h = Harness()
+    h.session.start()
+    h.tick(120)  # into the menu prompt
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("so long")
+    h.tick(40, caller=tone_frame())
+    h.tick(10)
+    assert h.session.barge_ins == 0 and gave_way(h)  # waiting for the final words
+    h.asr_final("so long")
+    assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
+    h.tick(100)
+    assert h.session.turns[0].agent_prompts[-1].interrupted
+    assert h.said()[-1].startswith("Do you want to end the call")
+    assert not h.ended and not h.control.hung_up
+
+
 def test_an_acknowledgement_recognised_while_it_is_said_lets_the_prompt_play_on_at_once():
     """ "okay" recognised 100 ms into the voice and still heard 60 ms later: the prompt plays
     again while the caller is still saying it, and carries on to its end."""
