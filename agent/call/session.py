@@ -31,7 +31,8 @@ from twisted.logger import Logger
 from agent.app.metrics import AgentMetrics
 from agent.call.barge import BargeController
 from agent.call.bargein import BargeIn, BargeInConfig
-from agent.call.endpointer import EndOfTurn, EndpointerConfig, TranscriptAssembler, is_backchannel, is_thinking_aloud
+from agent.call.endpointer import (EndOfTurn, EndpointerConfig, TranscriptAssembler, is_acknowledgement, is_backchannel,
+                                   is_thinking_aloud)
 from agent.call.hold import CallHold
 from agent.call.pipeline import PERIODIC_VOICE, SIBILANT_DB, MediaPipeline
 from agent.call.prosody import ProsodyTracker
@@ -347,12 +348,14 @@ class CallSession:
             log.info("call {call_id} speech without words ignored", **self.log_fields)
             self.turn_taker.restart_no_input()
             return
-        if self._only_acknowledged(decision.text):
+        began_over_prompt, self.turn_taker.began_over_prompt = self.turn_taker.began_over_prompt, False
+        if self._only_acknowledged(decision.text, began_over_prompt):
             # "I see", "okay", "uh huh" said into the agent's silence answer nothing the ask
             # asked: the agent goes on waiting (no "sorry, I did not understand", no count
             # towards giving up on the caller).
-            log.info("call {call_id} only an acknowledgement ({text!r}): still listening",
-                     text=decision.text, **self.log_fields)
+            log.info("call {call_id} only an acknowledgement ({text!r}{over}): still listening",
+                     text=decision.text, over=", begun over the question" if began_over_prompt else "",
+                     **self.log_fields)
             self.turn_taker.drop_speculation()  # a reply worked out for these words is not wanted
             self.turn_taker.restart_no_input()
             return
@@ -379,17 +382,21 @@ class CallSession:
             self.turn_taker.drop_speculation(spec)
         self._answer(decision.text, decision.confidence, decision.alternatives)
 
-    def _only_acknowledged(self, text: str) -> bool:
+    def _only_acknowledged(self, text: str, began_over_prompt: bool = False) -> bool:
         """Are *text*'s words only an acknowledgement or a hesitation, at an ask that offers
         intents (not a slot, not a model's conversation) and takes none of them from these
         words; or, at a yes/no question, only a hesitation or "I see"? Taken for an answer,
         they would use up the question's one repetition, after which an unclear "ok" ends the
-        call (docs/dialplans.md, "Confirmation")."""
+        call (docs/dialplans.md, "Confirmation"). At a question before ending or transferring
+        the call, an acknowledgement the caller began while the question was being said
+        (*began_over_prompt*: "uh huh, okay" over "Do you want me to put you ...") acknowledges
+        the agent talking, not what it asks: it is no yes."""
         listen = self.turn_taker.listen
         if listen is None or listen.collecting_digits:
             return False
         if listen.slot_type == "yes_no":
-            return is_thinking_aloud(text)
+            return is_thinking_aloud(text) or (
+                began_over_prompt and self.dialogue.asking_before_acting and is_acknowledgement(text))
         return (bool(listen.intents) and listen.slot_type is None and is_backchannel(text)
                 and self.dialogue.peek_intent(text) is None)
 

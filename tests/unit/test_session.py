@@ -570,6 +570,50 @@ def test_a_yes_to_a_transfer_taken_on_interim_words_waits_for_the_final_and_its_
     assert h.control.transfers
 
 
+def _over_the_transfer_question(h: "Harness", text: str) -> None:
+    """A request for a person heard unclearly at the menu ("i want right", by meaning): while
+    "Do you want me to put you through to an agent?" is said, the caller says *text*, begun 0.4 s
+    into the question and going on past its end; the final comes 300 ms after the voice."""
+    h.session.start()
+    h.play_out()
+    _speak(h, "i want right", after=0)
+    for _ in range(200):
+        h.tick(1)
+        if h.said()[-1].endswith("agent?") and h.session.playout.busy:
+            break
+    assert h.session.dialogue.asking_before_acting
+    h.tick(30)
+    h.tick(10, caller=tone_frame())
+    h.asr_interim(text)
+    while h.session.playout.busy:
+        h.tick(1, caller=tone_frame())
+    h.tick(20, caller=tone_frame())
+    h.tick(30)
+    h.speech.streams[-1].callbacks["on_final"](text, 0.9)
+    h.tick(100)
+
+
+def test_an_acknowledgement_begun_over_a_transfer_question_is_no_yes():
+    """ "uh huh, okay" begun while "Do you want me to put you through to an agent?" was being
+    said acknowledges the agent talking, not what it asks: nobody is put through, the agent goes
+    on listening, and a clear yes after it transfers."""
+    h = Harness()
+    _over_the_transfer_question(h, "uh huh okay")
+    assert not h.control.transfers and h.said()[-1].endswith("agent?")
+    assert h.session.dialogue.asking_before_acting and h.session.turn_taker.listening
+    _speak(h, "yes please", voice=30, quiet=100, confidence=0.92, after=0)
+    h.play_out()
+    assert h.control.transfers
+
+
+def test_a_yes_begun_over_a_transfer_question_answers_it():
+    """A plain "yes" over the question's end is an answer (callers who know what comes do)."""
+    h = Harness()
+    _over_the_transfer_question(h, "yes")
+    h.play_out()
+    assert h.control.transfers
+
+
 def test_an_answer_whose_final_never_comes_is_taken_as_heard():
     """No final within a second of an answer taken on interim words: the dialogue hears the
     interim words (a plain "no" here: the menu is asked again)."""
