@@ -132,6 +132,8 @@ class CallSession:
         #: "interruption" turns out to be only an acknowledgement or a noise
         self._reask: tuple[Action, ...] | None = None
         self._barge_committing = False
+        #: when the dialogue last began listening (reactor seconds)
+        self._listen_began_at = 0.0
         self._pending: deque[Action] = deque()
         self._current: Action | None = None
         #: the prompt being said
@@ -331,6 +333,9 @@ class CallSession:
             return
         for event, at in events:
             if event.type is VadEventType.SPEECH_START:
+                quiet_since = max(self._listen_began_at, self.turn_taker.last_speech_end or 0.0)
+                if at - quiet_since > self.settings.barge_in.rejoin_ms / 1000.0:
+                    self.turn_taker.began_over_prompt = False  # a voice of its own, after the prompt
                 self.turn_taker.on_speech_start(at)
             else:
                 self.barge.on_voice_end()
@@ -534,6 +539,15 @@ class CallSession:
             if isinstance(action, Listen):
                 self.turn_taker.start_listening(
                     action, caller_turn_began=self.turn_taker.caller_speaking or self._barge_committing)
+                # The caller was talking as the prompt ended (a voice still being judged, or one
+                # that stopped less than rejoin_ms ago: "oh | kay"): the turn that goes on from
+                # there began over the prompt.
+                now = self._reactor.seconds()
+                self._listen_began_at = now
+                if self.barge.current is not None or (
+                        self.media.last_voiced_at > 0.0
+                        and now - self.media.last_voiced_at <= self.settings.barge_in.rejoin_ms / 1000.0):
+                    self.turn_taker.began_over_prompt = True
                 continue
             self.turn_taker.stop_listening()
             if isinstance(action, Hangup):

@@ -606,6 +606,41 @@ def test_an_acknowledgement_begun_over_a_transfer_question_is_no_yes():
     assert h.control.transfers
 
 
+def test_an_acknowledgement_with_a_gap_across_the_end_of_a_transfer_question_is_no_yes():
+    """ "oh | okay": its "oh" said over the last 200 ms of "Do you want me to put you through to
+    an agent?", its "okay" just after the question ended (the caller quiet, for a moment, as
+    listening began): the turn began over the question, and is no yes."""
+    def to_question(h: Harness) -> None:
+        h.session.start()
+        h.play_out()
+        _speak(h, "i want right", after=0)
+        while not (h.said()[-1].endswith("agent?") and h.session.playout.busy):
+            h.tick(1)
+
+    a = Harness()
+    to_question(a)
+    length = 0
+    while a.session.playout.busy:
+        a.tick(1)
+        length += 1
+    h = Harness()
+    to_question(h)
+    h.tick(length - 20)
+    h.tick(5, caller=tone_frame())
+    h.asr_interim("oh")
+    h.tick(15, caller=tone_frame())
+    assert h.session.playout.busy
+    h.tick(12)
+    assert not h.session.playout.busy and h.session.turn_taker.listening
+    h.tick(20, caller=tone_frame())
+    h.asr_interim("oh okay")
+    h.tick(30)
+    h.speech.streams[-1].callbacks["on_final"]("oh okay", 0.41)
+    h.tick(150)
+    assert not h.control.transfers and h.said()[-1].endswith("agent?")
+    assert h.session.dialogue.asking_before_acting
+
+
 def test_a_yes_begun_over_a_transfer_question_answers_it():
     """A plain "yes" over the question's end is an answer (callers who know what comes do)."""
     h = Harness()
