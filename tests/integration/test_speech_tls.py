@@ -208,7 +208,10 @@ def test_a_real_call_through_tls_and_a_token_and_a_wrong_token_fails_its_region(
             code, report, out = run_caller(agent.uri, "--say", "check my balance")
             assert code == 0, out + agent.log()[-3000:]
             (turn,) = report["turns"]  # type: ignore[misc]
-            assert "balance" in turn["agent_text"], report
+            # the balance reply, by two of its words: under load the test caller's own
+            # transcription of the reply can miss its first second
+            heard = set(str(turn["agent_text"]).split())
+            assert len(heard & {"account", "balance", "dollars", "cents", "hundred"}) >= 2, report
             record = agent.wait_for(lambda: agent.records(), 20.0, "the call record")[-1]
             assert record["region"] == "secure" and not record["failovers"], record
             doc = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/regions",
