@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.call.completeness import Completeness, completeness
-from agent.call.endpointer import (BACKCHANNELS, HESITATIONS, is_acknowledgement, is_backchannel,
+from agent.call.endpointer import (BACKCHANNELS, HESITATIONS, LatestText, is_acknowledgement, is_backchannel,
                                    phrase_pattern, words, words_besides)
 
 #: words people use to stop someone talking: they take the turn however short the voice
@@ -193,8 +193,8 @@ class BargeIn:
         self.started_at = started_at
         self.config = config or BargeInConfig()
         self._is_request = is_request
-        self._is_meant = is_meant
-        self._meant: dict[str, bool] = {}
+        #: asked once per text: a match by meaning costs a sentence encoding (~10 ms)
+        self._meant = LatestText(lambda text: bool(is_meant(text)), False) if is_meant is not None else None
         self.text = ""
         self._text_since = started_at
         self.final = False
@@ -294,7 +294,7 @@ class BargeIn:
                 return self._wait((c.acknowledgement_max_ms - spoke_ms) / 1000.0 + 0.01)
             return self._wait(max(0.02, (c.interruption_min_ms - spoke_ms) / 1000.0))
         waits_final = spoke_ms >= c.wait_final_after_ms or (
-            self._is_meant is not None and not acknowledging and spoke_ms >= c.meaning_min_ms)
+            self._meant is not None and not acknowledging and spoke_ms >= c.meaning_min_ms)
         if waits_final and not self.final and not asking and quiet_ms < c.final_wait_ms:
             # Longer than most acknowledgements, or words that may be a short request: let the
             # recogniser's final words say what it was.
@@ -328,18 +328,16 @@ class BargeIn:
 
     def _meant_request(self, spoke_ms: float) -> bool:
         """Final words heard with confidence that make a request by meaning, from a voice longer
-        than a quick acknowledgement (asked once per text: a match by meaning costs ~10 ms)."""
+        than a quick acknowledgement."""
         c = self.config
-        if not (self._is_meant is not None and self.final and spoke_ms >= c.meaning_min_ms
+        if not (self._meant is not None and self.final and spoke_ms >= c.meaning_min_ms
                 and self.confidence is not None and self.confidence >= c.sentence_min_confidence):
             return False
         # Acknowledging words alone ("okay great") may be a goodbye by meaning, but over a prompt
         # they acknowledge it; words left unfinished ("all right and") are not yet a request.
         if not words_besides(self.text, _NO_SENTENCE) or completeness(self.text) is Completeness.UNFINISHED:
             return False
-        if self.text not in self._meant:
-            self._meant[self.text] = self._is_meant(self.text)
-        return self._meant[self.text]
+        return self._meant(self.text)
 
     def _wait(self, check_in_s: float) -> Decision:
         return Decision(Verdict.TALK_OVER if self.talking_over else Verdict.WAIT, check_in_s=check_in_s)

@@ -136,6 +136,11 @@ class EndOfTurn:
     def silence_s(self) -> float:
         return self.decided_at - self.speech_end_at
 
+    @property
+    def speech_started_at(self) -> float:
+        """When the turn's first voice began."""
+        return self.speech_end_at - self.speech_s
+
 
 @dataclass(frozen=True)
 class TurnEndSignals:
@@ -156,7 +161,7 @@ def _elapsed_ms(since: float, now: float) -> float:
     return round((now - since) * 1000.0, 6)
 
 
-class _LatestText(Generic[T]):
+class LatestText(Generic[T]):
     """*answer* for the latest text only: the words so far are asked about on every poll, and
     change with each interim (and *answer* may cost a sentence encoding). *empty* for no words."""
 
@@ -192,9 +197,9 @@ class TurnEndpointer:
         sound of "balance" after a dip) is not talked over before the VAD reports it again.
         *prosody*, when given, reads how the latest voiced run ended."""
         self.config = config or EndpointerConfig()
-        self._words_of = _LatestText(completeness, Completeness.UNDECIDED)
-        self._complete = _LatestText(lambda text: bool(is_complete(text)), False)
-        self._meant = _LatestText(lambda text: bool(is_meant is not None and is_meant(text)), False)
+        self._words_of = LatestText(completeness, Completeness.UNDECIDED)
+        self._complete = LatestText(lambda text: bool(is_complete(text)), False)
+        self._meant = LatestText(lambda text: bool(is_meant is not None and is_meant(text)), False)
         self._last_voiced_at = last_voiced_at
         self._prosody = prosody
         self.reset()

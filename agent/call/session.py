@@ -132,8 +132,9 @@ class CallSession:
         #: "interruption" turns out to be only an acknowledgement or a noise
         self._reask: tuple[Action, ...] | None = None
         self._barge_committing = False
-        #: when the dialogue last began listening (reactor seconds)
-        self._listen_began_at = 0.0
+        #: when the dialogue last began listening while the caller was talking (or had been, less
+        #: than ``rejoin_ms`` before: "oh | kay"); None when the caller was quiet
+        self._listened_over_voice_at: float | None = None
         self._pending: deque[Action] = deque()
         self._current: Action | None = None
         #: the prompt being said
@@ -333,9 +334,6 @@ class CallSession:
             return
         for event, at in events:
             if event.type is VadEventType.SPEECH_START:
-                quiet_since = max(self._listen_began_at, self.turn_taker.last_speech_end or 0.0)
-                if at - quiet_since > self.settings.barge_in.rejoin_ms / 1000.0:
-                    self.turn_taker.began_over_prompt = False  # a voice of its own, after the prompt
                 self.turn_taker.on_speech_start(at)
             else:
                 self.barge.on_voice_end()
@@ -353,7 +351,7 @@ class CallSession:
             log.info("call {call_id} speech without words ignored", **self.log_fields)
             self.turn_taker.restart_no_input()
             return
-        began_over_prompt, self.turn_taker.began_over_prompt = self.turn_taker.began_over_prompt, False
+        began_over_prompt = self._began_over_prompt(decision)
         if self._only_acknowledged(decision.text, began_over_prompt):
             # "I see", "okay", "uh huh" said into the agent's silence answer nothing the ask
             # asked: the agent goes on waiting (no "sorry, I did not understand", no count
@@ -386,6 +384,13 @@ class CallSession:
         if spec is not None:
             self.turn_taker.drop_speculation(spec)
         self._answer(decision.text, decision.confidence, decision.alternatives)
+
+    def _began_over_prompt(self, decision: EndOfTurn) -> bool:
+        """Did the turn begin over the prompt before the listening: the caller's voice went on
+        (with no pause longer than ``rejoin_ms``) from the prompt into the turn?"""
+        over = self._listened_over_voice_at
+        return over is not None and \
+            decision.speech_started_at - over <= self.settings.barge_in.rejoin_ms / 1000.0
 
     def _only_acknowledged(self, text: str, began_over_prompt: bool = False) -> bool:
         """Are *text*'s words only an acknowledgement or a hesitation, at an ask that offers
@@ -537,17 +542,15 @@ class CallSession:
         while not self.ended and self._current is None and self._pending:
             action = self._pending.popleft()
             if isinstance(action, Listen):
-                self.turn_taker.start_listening(
-                    action, caller_turn_began=self.turn_taker.caller_speaking or self._barge_committing)
-                # The caller was talking as the prompt ended (a voice still being judged, or one
-                # that stopped less than rejoin_ms ago: "oh | kay"): the turn that goes on from
-                # there began over the prompt.
+                caller_turn_began = self.turn_taker.caller_speaking or self._barge_committing
+                self.turn_taker.start_listening(action, caller_turn_began=caller_turn_began)
+                # The caller was talking as the prompt ended (also a voice still being judged, or
+                # one that stopped less than rejoin_ms ago: "oh | kay").
                 now = self._reactor.seconds()
-                self._listen_began_at = now
-                if self.barge.current is not None or (
-                        self.media.last_voiced_at > 0.0
-                        and now - self.media.last_voiced_at <= self.settings.barge_in.rejoin_ms / 1000.0):
-                    self.turn_taker.began_over_prompt = True
+                voiced = self.media.last_voiced_at > 0.0 and \
+                    now - self.media.last_voiced_at <= self.settings.barge_in.rejoin_ms / 1000.0
+                self._listened_over_voice_at = now if (
+                    caller_turn_began or self.barge.current is not None or voiced) else None
                 continue
             self.turn_taker.stop_listening()
             if isinstance(action, Hangup):

@@ -74,8 +74,6 @@ class TurnTaker:
         #: when the caller's current (or latest) voice began, and when the latest one ended
         self.speech_started_at: float | None = None
         self.last_speech_end: float | None = None
-        #: the turn being listened to began before listening did, over the prompt before it
-        self.began_over_prompt = False
         self._endpoint_timer: IDelayedCall | None = None
         self._no_input_timer: IDelayedCall | None = None
 
@@ -85,8 +83,7 @@ class TurnTaker:
         prompt before this is the start of the turn."""
         self.listening = True
         self.listen = action
-        self.began_over_prompt = caller_turn_began and self.speech_started_at is not None
-        if self.began_over_prompt:
+        if caller_turn_began and self.speech_started_at is not None:
             self.endpointer.on_speech_start(self.speech_started_at)
         else:
             self.endpointer.reset()
@@ -96,7 +93,6 @@ class TurnTaker:
     def stop_listening(self) -> None:
         self.drop_speculation()
         self.listening = False
-        self.began_over_prompt = False
         self.listen = None
         self.cancel_no_input()
         self._cancel_endpoint_timer()

@@ -363,24 +363,31 @@ def test_a_short_voice_heard_as_a_request_resumes_the_prompt():
     assert not any("transfer" in t.lower() for t in h.said())
 
 
+def _said_over_the_menu(h: "Harness", text: str, voice: int) -> int:
+    """*text* said over the menu prompt for *voice* x 10 ms, its final words 100 ms after: the
+    prompt gives way until they are in, then the voice takes the turn. Returns how many prompts
+    had been said before."""
+    h.session.start()
+    h.tick(120)  # into the menu prompt
+    said_before = len(h.said())
+    h.tick(10, caller=tone_frame())
+    h.asr_interim(text)
+    h.tick(voice - 10, caller=tone_frame())
+    h.tick(10)
+    assert h.session.barge_ins == 0 and gave_way(h)  # waiting for the final words
+    h.asr_final(text)
+    assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
+    h.tick(100)
+    assert h.session.turns[0].agent_prompts[-1].interrupted
+    return said_before
+
+
 def test_a_sentence_over_a_prompt_that_is_no_request_is_heard_not_lost():
     """ "I'm out, thanks" (800 ms) heard as "i'm out saying": no request of the menu and shorter
     than interruption_min_ms. Once its final words are in, it takes the turn (the prompt
     resuming over it would lose the caller's words) and is answered."""
     h = Harness()
-    h.session.start()
-    h.tick(120)  # into the menu prompt
-    said_before = len(h.said())
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("i'm out saying")
-    h.tick(70, caller=tone_frame())
-    h.tick(10)
-    assert h.session.barge_ins == 0 and gave_way(h)  # waiting for the final words
-    h.asr_final("i'm out saying")
-    assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
-    h.tick(100)
-    menu = h.session.turns[0].agent_prompts[-1]
-    assert menu.interrupted
+    said_before = _said_over_the_menu(h, "i'm out saying", voice=80)
     assert len(h.said()) == said_before + 1 and h.said()[-1].startswith("Sorry")  # answered
 
 
@@ -389,17 +396,7 @@ def test_a_short_goodbye_by_meaning_over_a_prompt_is_heard_not_lost():
     but the menu understands it by meaning (a goodbye). Once its final words are in, it takes the
     turn, and the dialogue asks before ending the call."""
     h = Harness()
-    h.session.start()
-    h.tick(120)  # into the menu prompt
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("so long")
-    h.tick(40, caller=tone_frame())
-    h.tick(10)
-    assert h.session.barge_ins == 0 and gave_way(h)  # waiting for the final words
-    h.asr_final("so long")
-    assert h.session.barge_ins == 1 and h.session.false_interruptions == 0
-    h.tick(100)
-    assert h.session.turns[0].agent_prompts[-1].interrupted
+    _said_over_the_menu(h, "so long", voice=50)
     assert h.said()[-1].startswith("Do you want to end the call")
     assert not h.ended and not h.control.hung_up
 
@@ -570,18 +567,22 @@ def test_a_yes_to_a_transfer_taken_on_interim_words_waits_for_the_final_and_its_
     assert h.control.transfers
 
 
+def _to_the_transfer_question(h: "Harness") -> None:
+    """A request for a person heard unclearly at the menu ("i want right", by meaning): the
+    agent has begun asking "Do you want me to put you through to an agent?"."""
+    h.session.start()
+    h.play_out()
+    _speak(h, "i want right", after=0)
+    while not (h.said()[-1].endswith("agent?") and h.session.playout.busy):
+        h.tick(1)
+    assert h.session.dialogue.asking_before_acting
+
+
 def _over_the_transfer_question(h: "Harness", text: str) -> None:
     """A request for a person heard unclearly at the menu ("i want right", by meaning): while
     "Do you want me to put you through to an agent?" is said, the caller says *text*, begun 0.4 s
     into the question and going on past its end; the final comes 300 ms after the voice."""
-    h.session.start()
-    h.play_out()
-    _speak(h, "i want right", after=0)
-    for _ in range(200):
-        h.tick(1)
-        if h.said()[-1].endswith("agent?") and h.session.playout.busy:
-            break
-    assert h.session.dialogue.asking_before_acting
+    _to_the_transfer_question(h)
     h.tick(30)
     h.tick(10, caller=tone_frame())
     h.asr_interim(text)
@@ -610,21 +611,14 @@ def test_an_acknowledgement_with_a_gap_across_the_end_of_a_transfer_question_is_
     """ "oh | okay": its "oh" said over the last 200 ms of "Do you want me to put you through to
     an agent?", its "okay" just after the question ended (the caller quiet, for a moment, as
     listening began): the turn began over the question, and is no yes."""
-    def to_question(h: Harness) -> None:
-        h.session.start()
-        h.play_out()
-        _speak(h, "i want right", after=0)
-        while not (h.said()[-1].endswith("agent?") and h.session.playout.busy):
-            h.tick(1)
-
     a = Harness()
-    to_question(a)
+    _to_the_transfer_question(a)
     length = 0
     while a.session.playout.busy:
         a.tick(1)
         length += 1
     h = Harness()
-    to_question(h)
+    _to_the_transfer_question(h)
     h.tick(length - 20)
     h.tick(5, caller=tone_frame())
     h.asr_interim("oh")
