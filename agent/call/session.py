@@ -356,11 +356,18 @@ class CallSession:
             # "I see", "okay", "uh huh" said into the agent's silence answer nothing the ask
             # asked: the agent goes on waiting (no "sorry, I did not understand", no count
             # towards giving up on the caller).
-            log.info("call {call_id} only an acknowledgement ({text!r}{over}): still listening",
+            listen = self.turn_taker.listen
+            reask_ms = listen.reask_after_ms if (
+                began_over_prompt and listen is not None and is_acknowledgement(decision.text)) else None
+            # Begun over a question before ending or transferring, it leaves the caller thinking
+            # they answered: with nothing more said, the question comes again soon, not after
+            # the whole no-input wait.
+            log.info("call {call_id} only an acknowledgement ({text!r}{over}): still listening{reask}",
                      text=decision.text, over=", begun over the question" if began_over_prompt else "",
+                     reask=f", asking again in {reask_ms} ms unless more is said" if reask_ms is not None else "",
                      **self.log_fields)
             self.turn_taker.drop_speculation()  # a reply worked out for these words is not wanted
-            self.turn_taker.restart_no_input()
+            self.turn_taker.restart_no_input(reask_ms)
             return
         log.info("call {call_id} end of turn ({reason}, {speech:.0f} ms of speech, {silence:.0f} ms silence): "
                  "{text!r}", reason=decision.reason, silence=decision.silence_s * 1000.0,

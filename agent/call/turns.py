@@ -139,10 +139,11 @@ class TurnTaker:
             self.endpointer.on_speech_end(last_voiced_at, now)
         self._handle(self.endpointer.on_transcript(self.transcripts.text, now))
 
-    def restart_no_input(self) -> None:
-        """Words came to nothing: wait for the caller again (unless they are talking)."""
+    def restart_no_input(self, timeout_ms: int | None = None) -> None:
+        """Words came to nothing: wait for the caller again (unless they are talking), for the
+        listen's no-input timeout or *timeout_ms*."""
         if self.listening and self.listen is not None and not self.caller_speaking:
-            self.start_no_input(self.listen.no_input_timeout_ms)
+            self.start_no_input(self.listen.no_input_timeout_ms if timeout_ms is None else timeout_ms)
 
     # -- speculation ----------------------------------------------------------------
     def take_speculation(self) -> Speculation | None:

@@ -138,6 +138,9 @@ class Listen:
     language: str = "en-US"
     asr_model: str | None = None
     endpointing: Endpointing = Endpointing()
+    #: at a question before ending or transferring the call: how soon it is said again after an
+    #: acknowledgement begun over it (``confirm.reask_after_ms``); None elsewhere
+    reask_after_ms: int | None = None
     phrases: tuple[str, ...] = field(default=(), compare=False)
     intents: tuple[str, ...] = field(default=(), compare=False)
     step: str = field(default="", compare=False)

@@ -607,4 +607,5 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
 def _yes_no_listen(ask: AskStep) -> Listen:
     """The caller's turn for a yes/no question at *ask* (keys 1 and 2 answer it)."""
     return replace(listen_for(ask), slot_type="yes_no", max_digits=1, terminator=None,
-                   phrases=slot_phrases("yes_no"), intents=())
+                   phrases=slot_phrases("yes_no"), intents=(),
+                   reask_after_ms=ask.settings.confirm.reask_after_ms)

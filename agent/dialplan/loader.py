@@ -296,6 +296,7 @@ class _FileReader(StepReader):
             return base
         min_score = self.optional(entries, "min_score", self.fraction)
         min_confidence = self.optional(entries, "min_confidence", self.fraction)
+        reask_after = self.optional(entries, "reask_after_ms", self.integer)
         end = self.optional(entries, "end_prompt", lambda n: self.template(n, "'end_prompt'"))
         transfer = self.optional(
             entries, "transfer_prompt", lambda n: self.template(n, "'transfer_prompt'")
@@ -303,6 +304,7 @@ class _FileReader(StepReader):
         return Confirmation(
             min_score=min_score if min_score is not None else base.min_score,
             min_confidence=min_confidence if min_confidence is not None else base.min_confidence,
+            reask_after_ms=reask_after if reask_after is not None else base.reask_after_ms,
             end_prompt=end if end is not None else base.end_prompt,
             transfer_prompt=transfer if transfer is not None else base.transfer_prompt,
         )

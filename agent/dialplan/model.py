@@ -182,6 +182,9 @@ class Confirmation:
 
     min_score: float = 0.9
     min_confidence: float = 0.7
+    #: an acknowledgement begun while the question was being said ("uh huh, okay") answers
+    #: nothing: with no more words for this long after its turn ended, the question is said again
+    reask_after_ms: int = 1000
     end_prompt: Template = parse_template("Do you want to end the call?")
     transfer_prompt: Template = parse_template("Do you want me to put you through to an agent?")
 

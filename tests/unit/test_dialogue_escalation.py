@@ -218,6 +218,20 @@ def test_confirmation_settings_are_checked_by_the_schema() -> None:
     assert "inline.yaml:4:" in str(caught.value)
 
 
+def test_the_question_before_acting_listens_with_the_confirm_reask_setting() -> None:
+    """``confirm.reask_after_ms`` reaches the question's Listen (the session says the question
+    again that soon after an acknowledgement begun over it); a negative value is refused."""
+    for plan, want in ((PLAN, 1000), (PLAN.replace("min_confidence: 0.6", "min_confidence: 0.6, reask_after_ms: 700"), 700)):
+        session = call(plan)
+        actions = session.on_transcript("bye bye", confidence=0.3)
+        assert says(actions)[-1] == "Do you want to end the call?"
+        listens = [a for a in actions if isinstance(a, Listen)]
+        assert listens[-1].slot_type == "yes_no" and listens[-1].reask_after_ms == want
+    with pytest.raises(DialplanError) as caught:
+        plan_of(PLAN.replace("min_confidence: 0.6", "min_confidence: 0.6, reask_after_ms: -5"))
+    assert "inline.yaml:4:" in str(caught.value)
+
+
 # --------------------------------------------------------------------------- the person offer
 
 

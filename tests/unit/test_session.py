@@ -607,6 +607,34 @@ def test_an_acknowledgement_begun_over_a_transfer_question_is_no_yes():
     assert h.control.transfers
 
 
+def test_a_transfer_question_acknowledged_over_is_asked_again_a_second_later():
+    """After "uh huh okay" begun over the question, the caller believes they answered: with
+    nothing more said, the question is said again about a second later (``confirm.reask_after_ms``),
+    not after the five-second no-input wait; a clear yes to it then transfers."""
+    h = Harness()
+    _to_the_transfer_question(h)
+    h.tick(30)
+    h.tick(10, caller=tone_frame())
+    h.asr_interim("uh huh okay")
+    while h.session.playout.busy:
+        h.tick(1, caller=tone_frame())
+    h.tick(20, caller=tone_frame())
+    voice_end = h.reactor.seconds()
+    asked = len(h.said())
+    h.tick(30)
+    h.speech.streams[-1].callbacks["on_final"]("uh huh okay", 0.9)
+    while len(h.said()) == asked and h.reactor.seconds() - voice_end < 6.0:
+        h.tick(1)
+    # the ack's turn ends on the finished silence (600 ms), the question comes 1000 ms after
+    assert 1.4 <= h.reactor.seconds() - voice_end <= 2.0
+    assert h.said()[-1].endswith("agent?")
+    assert h.session.dialogue.asking_before_acting and not h.control.transfers
+    h.play_out()
+    _speak(h, "yes please", voice=30, quiet=100, confidence=0.92, after=0)
+    h.play_out()
+    assert h.control.transfers
+
+
 def test_an_acknowledgement_with_a_gap_across_the_end_of_a_transfer_question_is_no_yes():
     """ "oh | okay": its "oh" said over the last 200 ms of "Do you want me to put you through to
     an agent?", its "okay" just after the question ended (the caller quiet, for a moment, as
