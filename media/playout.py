@@ -252,6 +252,28 @@ class PlayoutBuffer:
             self._on_event(e)
         return events
 
+    def words_left(self) -> bool:
+        """Is any queued audio still to be heard: a 20 ms frame at QUIET_DBFS or louder, or a
+        segment that more audio may still come to? False when all that is left of the prompt
+        is its closing silence (a pause there holds back none of its words). Thread-safe."""
+        with self._lock:
+            if any(not seg.complete for seg in self._segments):
+                return True
+            rests = [(list(seg.chunks), seg.offset) for seg in self._segments]
+        frame = self._bytes_per_s // 50
+        for chunks, offset in rests:
+            pcm = b"".join(chunks)[offset:]
+            samples = np.frombuffer(pcm[: len(pcm) // BYTES_PER_SAMPLE * BYTES_PER_SAMPLE], dtype="<i2")
+            per_frame = frame // BYTES_PER_SAMPLE
+            if not len(samples):
+                continue
+            padded = np.zeros(-(-len(samples) // per_frame) * per_frame)
+            padded[: len(samples)] = samples
+            power = np.mean(padded.reshape(-1, per_frame) ** 2, axis=1)
+            if np.any(power >= (32768.0 * 10.0 ** (QUIET_DBFS / 20.0)) ** 2):
+                return True
+        return False
+
     @property
     def busy(self) -> bool:
         with self._lock:

@@ -63,7 +63,8 @@ class AgentMetrics:
             self.barge_in_outcomes.labels(outcome)
         self.prompt_pause = Histogram(
             "openclaw_prompt_pause_seconds",
-            "How long a prompt stayed paused for a caller's voice (the hole the caller heard in it)",
+            "The hole a caller's voice made in a prompt: how long it stayed paused with some of its "
+            "words still to come (0 when only its closing silence was left)",
             buckets=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0), registry=r)
         self.barge_ins = Counter("openclaw_barge_ins_total", "Agent prompts interrupted by the caller", registry=r)
         self.media_frame_work = Histogram("openclaw_media_frame_work_seconds",

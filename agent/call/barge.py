@@ -43,17 +43,25 @@ class PromptPause:
     #: took the turn), "stopped" (the prompt ended otherwise: a key, the call's end)
     outcome: str
     heard: str = ""
+    #: some of the prompt's words were still to come when the pause ended (False: only its
+    #: closing silence was left, so the pause was no hole between its words)
+    words_after: bool = True
 
     @property
     def ms(self) -> float:
         return max(0.0, self.ended_at - self.began_at) * 1000.0
 
+    @property
+    def hole_ms(self) -> float:
+        """The silence the pause put between the prompt's words."""
+        return self.ms if self.words_after else 0.0
+
     def as_record(self) -> dict[str, Any]:
         ms_part = f"{self.began_at % 1.0:.3f}"[1:]
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.began_at)) + ms_part + \
             time.strftime("%z", time.localtime(self.began_at))
-        return {"at": stamp, "at_s": round(self.began_at, 3), "ms": round(self.ms), "outcome": self.outcome,
-                "heard": self.heard}
+        return {"at": stamp, "at_s": round(self.began_at, 3), "ms": round(self.ms),
+                "hole_ms": round(self.hole_ms), "outcome": self.outcome, "heard": self.heard}
 
 
 class BargeHooks(Protocol):
@@ -190,9 +198,10 @@ class BargeController:
         if began is None:
             return
         heard = self.current.text if self.current is not None else ""
-        pause = PromptPause(began, max(began, self._reactor.seconds()), outcome, heard)
+        pause = PromptPause(began, max(began, self._reactor.seconds()), outcome, heard,
+                            words_after=self._playout.words_left())
         if self._metrics:
-            self._metrics.prompt_pause.observe(pause.ms / 1000.0)
+            self._metrics.prompt_pause.observe(pause.hole_ms / 1000.0)
         if len(self.pauses) < MAX_PAUSES_KEPT:
             self.pauses.append(pause)
 

@@ -419,9 +419,10 @@ HOLE_MS = 300.0
 
 
 def prompt_holes(outcomes: Sequence[ItemOutcome], record: Mapping[str, Any]) -> dict[int, float]:
-    """Item index -> the longest pause the server made in its prompt for that item, in ms, for
+    """Item index -> the longest hole the server made in its prompt for that item, in ms, for
     each noise or backchannel; 0 when it made none. The server's ``prompt_pauses`` (when the
-    playout paused for a voice's onset, for how long) are matched to an item when the pause
+    playout paused for a voice's onset, and the hole that left between the prompt's words:
+    ``hole_ms``, or ``ms`` in records from before it) are matched to an item when the pause
     began between 50 ms before the item's first voiced packet and 300 ms after its last (the
     caller's audio reaches the server a few ms after the capture sees it). Empty when the record
     keeps no pauses (a server from before they were recorded)."""
@@ -433,7 +434,8 @@ def prompt_holes(outcomes: Sequence[ItemOutcome], record: Mapping[str, Any]) -> 
         if o.item.kind not in OVER_SPEECH_KINDS:
             continue
         lo, hi = o.item.onset_s - 0.05, o.item.voiced_end_s + 0.3
-        out[o.item.index] = max((float(p["ms"]) for p in pauses if lo <= float(p["at_s"]) <= hi), default=0.0)
+        out[o.item.index] = max((float(p.get("hole_ms", p["ms"])) for p in pauses if lo <= float(p["at_s"]) <= hi),
+                                default=0.0)
     return out
 
 

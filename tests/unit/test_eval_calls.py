@@ -191,6 +191,8 @@ def test_false_stops_are_the_holes_the_server_made_in_its_prompt():
     outs = [outcome(s, 0, o, ms) for s, o, ms in zip(steps, kinds, [120.0, 900.0, None, 800.0])]
     assert ec.prompt_holes(outs[:1], {"prompt_pauses": [{"at_s": 10.03, "ms": 120}]}) == {0: 120.0}
     assert ec.prompt_holes(outs[:1], {}) == {}
+    # a 612 ms pause in the prompt's closing silence held back none of its words: no hole
+    assert ec.prompt_holes(outs[:1], {"prompt_pauses": [{"at_s": 10.03, "ms": 612, "hole_ms": 0}]}) == {0: 0.0}
     # one call each; every item's first voiced packet is at 10.0 s
     calls = [ec.rows_of_call([s], [o], {"prompt_pauses": p}, {}, calls=1) for s, o, p in (
         (steps[0], outs[0], [{"at_s": 10.03, "ms": 120}]),       # wire silence, server paused 120 ms

@@ -167,6 +167,27 @@ def test_a_pause_in_the_last_frame_of_a_prompt_lets_it_finish():
     assert buf.flush() == []
 
 
+def test_words_left_tells_a_prompts_closing_silence_from_words_still_to_come():
+    """Paused in a prompt's closing silence (faint hiss under -50 dBFS, as a synthesiser leaves
+    it), none of its words are held back; paused before its last word, or with a streamed prompt
+    whose rest has not come yet, some are."""
+    hiss = _tone(30, amplitude=50)  # about -56 dBFS
+    for pcm, pulled, complete, left in (
+            (_tone(3) + hiss, 4, True, False),
+            (_tone(3) + hiss + _tone(1), 4, True, True),
+            (_tone(3) + hiss, 4, False, True),
+            (_tone(3), 3, True, False)):
+        _, buf = _collect()
+        sid = buf.open_segment()
+        buf.append(sid, pcm)
+        if complete:
+            buf.close_segment(sid)
+        for _ in range(pulled):
+            buf.pull_frame(FRAME)
+        buf.pause()
+        assert buf.words_left() is left, (len(pcm), pulled, complete)
+
+
 def _samples(pcm: bytes) -> np.ndarray:
     return np.frombuffer(pcm, dtype="<i2").astype(np.int32)
 

@@ -523,6 +523,31 @@ def test_the_call_record_keeps_each_pause_of_a_prompt_for_a_voice():
     assert pauses[0]["at"].endswith(".120" + time.strftime("%z", time.localtime(100.12)))
 
 
+def test_a_pause_in_a_prompts_closing_silence_is_no_hole_in_it(monkeypatch):
+    """Each prompt ends in 500 ms of silence: "okay" whose onset pauses the greeting in that
+    silence holds back none of its words, so the record shows the pause with no hole
+    (``hole_ms`` 0), while the same "okay" over the greeting's words is a hole as long as the pause."""
+    monkeypatch.setattr(Prompts, "get", lambda self, text, voice: (
+        None if "{{" in text else bytes([1 + len(text) % 200]) * (FRAME * 100) + bytes(FRAME * 50)))
+    holes = []
+    for start_frames in (110, 40):
+        h = Harness()
+        h.session.start()
+        h.tick(start_frames)
+        h.tick(10, caller=tone_frame())
+        assert h.session.playout.paused
+        h.asr_interim("okay")
+        h.tick(7, caller=tone_frame())
+        h.tick(30)
+        h.asr_final("okay")
+        h.tick(30)
+        pause = h.session.record()["prompt_pauses"][0]
+        assert pause["ms"] >= 60, pause
+        holes.append((pause["hole_ms"], pause["ms"]))
+    (closing_hole, _), (words_hole, words_ms) = holes
+    assert closing_hole == 0 and words_hole == words_ms
+
+
 def _speak(h: "Harness", text: str, voice: int = 40, quiet: int = 30, confidence: float | None = 0.9,
            after: int = 100) -> None:
     """The caller says *text*: 10 frames of voice, the interim, *voice* more frames, *quiet*
