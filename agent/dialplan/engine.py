@@ -38,7 +38,7 @@ from agent.dialplan.runner import (
     ENDED, IDLE, LISTENING, MAX_STEPS_PER_EVENT, MAX_SUBFLOW_DEPTH, MODEL, RECORDING,
     TRANSFERRING, WEBHOOK, FlowRunner, dtmf_flag,
 )
-from agent.dialplan.slots import is_bare_yes, parse_slot, parse_yes_no, slot_phrases
+from agent.dialplan.slots import is_bare_yes, is_murmur, parse_slot, parse_yes_no, slot_phrases
 from agent.dialplan.variables import call_variables
 
 __all__ = [
@@ -566,9 +566,11 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
             if match is not None and intent_named(ask, match).goto == question.target \
                     and said_in_words(ask, text, match.name) and heard_clearly:
                 reply = "yes"
-        if reply is None and text is not None and not is_bare_yes(text):
+        if reply is None and text is not None and not is_bare_yes(text) and not is_murmur(text):
             # (A bare yes answers the question even when it is too unclear to act on: at "anything
-            # else?" it would also select "something else", and the caller meant the question.)
+            # else?" it would also select "something else", and the caller meant the question.
+            # So does a murmur: "uh huh" to "Do you want to end the call?" says neither yes nor
+            # "something else" by meaning; the question is asked again.)
             match = match_intent(ask, text)
             if match is not None:
                 # An answer to the ask instead: asking for the same thing again, in its own words, is a yes.

@@ -200,6 +200,16 @@ def is_bare_yes(text: str) -> bool:
     return any(t in _YES for t in tokens) and all(t in _YES or t in _BARE_ANSWER_WORDS for t in tokens)
 
 
+_MURMURS = frozenset("uh huh uhhuh um uhm mm mmm hmm hm mhm mmhmm ah oh".split())
+"""Sounds that acknowledge without saying yes ("uh huh", "mm hmm", "oh")."""
+
+
+def is_murmur(text: str) -> bool:
+    """Is *text* only acknowledging sounds ("uh huh", "mm hmm"), no word that says anything?"""
+    tokens = _tokens(text)
+    return bool(tokens) and all(t in _MURMURS for t in tokens)
+
+
 def _ordinal_or_number(tokens: Sequence[str], i: int) -> tuple[int, int] | None:
     """A day number at tokens[i] ("5", "5th", "fifth", "twenty first"): (value, tokens used)."""
     token = tokens[i]

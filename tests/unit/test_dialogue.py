@@ -204,6 +204,19 @@ def test_anything_else_no_ends_and_yes_returns_to_menu(plan: Dialplan) -> None:
     assert more.state == "menu" and "press 1" in says(actions)[0]
 
 
+def test_a_murmur_at_the_question_before_ending_asks_it_again(plan: Dialplan) -> None:
+    """ "uh huh" to "Do you want to end the call?" at 'anything else?' is neither a yes nor, by
+    meaning, the ask's "yes, something else": the question is asked again; a second murmur goes
+    back to 'anything else?'; the call is never ended and the menu is not said."""
+    session = started(plan)
+    session.on_dtmf("1")
+    assert says(session.on_transcript("goodbye", confidence=0.3)) == ["Do you want to end the call?"]
+    assert says(session.on_transcript("uh huh", confidence=0.9)) == ["Do you want to end the call?"]
+    back = session.on_transcript("mm hmm", confidence=0.9)
+    assert says(back) == ["Is there anything else I can help you with?"]
+    assert session.state == "anything_else" and not session.ended
+
+
 def test_anything_else_accepts_menu_choices_directly(plan: Dialplan) -> None:
     """At 'anything else?', a menu choice (by voice or key) is served directly."""
     session = started(plan)
