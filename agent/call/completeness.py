@@ -45,6 +45,15 @@ SUBJECT_PRONOUNS = frozenset("i we they he she".split())
 #: "you" and "it" end a sentence ("thank you", "i lost it") unless an auxiliary is just before
 _AFTER_AUXILIARY = frozenset("you it".split())
 FILLERS = frozenset("um umm uh uhh er erm ah oh hmm mm".split())
+#: what people say to show they are listening ("uh-huh" and "mm-hmm" are matched without hyphens)
+ACKNOWLEDGEMENTS = frozenset({"uh huh", "mhm", "mm hmm", "okay", "ok", "yeah", "yep", "right", "sure", "alright",
+                              "all right", "i see"})
+#: hesitations: alone they take no turn, but they as often begin a question ("um, what time ...")
+HESITATIONS = frozenset({"uh", "um", "ah", "oh", "hmm", "mm"})
+_ACKNOWLEDGED = re.compile(
+    "^(?:(?:{h}) )*(?:{a})(?: (?:{a}))*$".format(
+        h="|".join(sorted(FILLERS)),
+        a="|".join(re.escape(p) for p in sorted(ACKNOWLEDGEMENTS, key=len, reverse=True))))
 QUESTION_WORDS = frozenset("what when where who why how which".split())
 #: verbs that are rarely the last word of a request: their object or clause is still to come
 NEEDS_OBJECT = frozenset("need needed want wanted wanna like love tell give show let get make know wonder "
@@ -166,6 +175,8 @@ def _ends_unfinished(ws: list[str]) -> bool:
 def completeness(text: str) -> Completeness:
     """How finished the words so far are (see the module's docstring)."""
     ws = turn_words(text)
+    if _ACKNOWLEDGED.match(" ".join(ws)):
+        return Completeness.COMPLETE  # "uh huh", "mm hmm", "oh okay", "right right": a whole turn
     core = [w for w in ws if w not in FILLERS]
     if not ws or not core:
         return Completeness.UNFINISHED if ws else Completeness.UNDECIDED

@@ -23,17 +23,12 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from agent.call.completeness import Completeness, completeness
+from agent.call.completeness import ACKNOWLEDGEMENTS, HESITATIONS, Completeness, completeness
 from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
 
 T = TypeVar("T")
 
-#: what people say to show they are listening ("uh-huh" and "mm-hmm" are matched without hyphens)
-ACKNOWLEDGEMENTS = frozenset({"uh huh", "mhm", "mm hmm", "okay", "ok", "yeah", "yep", "right", "sure", "alright",
-                              "all right", "i see"})
-#: hesitations: alone they take no turn, but they as often begin a question ("um, what time ...")
-HESITATIONS = frozenset({"uh", "um", "ah", "oh", "hmm", "mm"})
 #: short replies that acknowledge without taking the turn
 BACKCHANNELS = ACKNOWLEDGEMENTS | HESITATIONS
 
