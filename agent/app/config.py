@@ -471,13 +471,13 @@ def _barge_in_settings(r: _Reader | None) -> BargeInConfig:
     r.check_keys(tuple(f.name for f in fields(BargeInConfig)))
     values: dict[str, Any] = {}
     for f in fields(BargeInConfig):
+        # a fraction (the confidences), or a whole number of ms or words: positive where the
+        # field's metadata says so (a count of words), else at least 0
         default = getattr(d, f.name)
         if isinstance(default, float):
             values[f.name] = _number(r, f.name, default, _fraction)
-        elif f.name.endswith("_words"):
-            values[f.name] = r.get(f.name, int, default, _positive)
         else:
-            values[f.name] = r.get(f.name, int, default, _not_negative)
+            values[f.name] = r.get(f.name, int, default, _positive if f.metadata.get("positive") else _not_negative)
     config = BargeInConfig(**values)
     for shorter, longer, why in (
             ("acknowledgement_max_ms", "interruption_min_ms",

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agent.call.completeness import Completeness, completeness
 from agent.call.endpointer import (BACKCHANNELS, HESITATIONS, LatestText, is_acknowledgement, is_backchannel,
@@ -144,7 +144,7 @@ class BargeInConfig:
     #: confidence ("mm hmm" as "and then make them", 0.24) or as few at high ("got it" as "that
     #: is", 0.87, in 320 ms)
     sentence_min_ms: int = 700
-    sentence_min_words: int = 2
+    sentence_min_words: int = field(default=2, metadata={"positive": True})
     sentence_min_confidence: float = 0.4
     #: a voice at least this long that is over, whose final words (heard with at least
     #: ``sentence_min_confidence``) make a request of the current question by meaning, takes the
