@@ -90,6 +90,35 @@ def test_other_words_are_whispers_from_the_flush_on_and_the_end_reuses_them() ->
     assert whisper.calls[0] >= 600 * 32
 
 
+class ChangingDecoder(WordsDecoder):
+    """Says *text* while the utterance runs and *final_text* once it has ended (a hint decoder
+    whose last search settles on the hints)."""
+
+    def __init__(self, text: str, final_text: str) -> None:
+        super().__init__(text)
+        self.final_text = final_text
+
+    def end_utt(self) -> None:
+        super().end_utt()
+        self.text = self.final_text
+
+
+def test_hint_words_the_decoder_settles_on_do_not_replace_what_whisper_heard_with_confidence() -> None:
+    """ "how late are you there on fridays": at the checkpoint the hint decoder's words read as
+    no hint and Whisper hears the sentence (0.8); at the end the decoder settles on "i would like
+    to", which reads as the hints. Whisper's words stand. Heard by Whisper with confidence under
+    WHISPER_OVER_HINTS_MIN_CONFIDENCE ("hours hours", 0.25), the decoder's hint words stand."""
+    hints = Judge(frozenset("i would like to check my balance hours".split()))
+    for confidence, want in ((0.8, "how late are you they're on friday"), (0.25, "i would like to")):
+        whisper = ScriptedTranscriber("how late are you they're on friday")
+        whisper.transcribe = lambda pcm, alternatives=1, w=whisper, c=confidence: (  # type: ignore[method-assign]
+            w.calls.append(len(pcm)) or Transcript(w.text, c, ()))
+        decoder = OpenSpeechDecoder(ChangingDecoder("ah on to right", "i would like to"), whisper, hints)
+        finals = [e for e in run(decoder, silence(200) + tone(600) + silence(500)) if isinstance(e, FinalHypothesis)]
+        assert [f.transcript for f in finals] == [want], confidence
+        assert len(whisper.calls) == 1
+
+
 def test_voice_after_the_flush_is_heard_again_at_the_end() -> None:
     whisper = ScriptedTranscriber()
     decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, Judge(frozenset({"balance"})))

@@ -4,8 +4,9 @@
 audio to a pocketsphinx decoder (the phrase-hint decoder, or the general model's for a stream
 without hints) and keeps the utterance's audio. Whenever a hypothesis is asked for, the
 pocketsphinx words are kept if the :class:`~agent.speech.server.biasing.PhraseJudge` says they
-read as the hints (the dialplan's own phrases: fast and right); otherwise the caller said
-something else, and the words are Whisper's, made at the last *checkpoint* (the recogniser
+read as the hints (the dialplan's own phrases: fast and right), unless Whisper has already heard
+the utterance, with confidence, as words that do not (:meth:`OpenSpeechDecoder._whisper_heard_otherwise`);
+otherwise the caller said something else, and the words are Whisper's, made at the last *checkpoint* (the recogniser
 calls :meth:`checkpoint` when the voice has just dropped away, and before the utterance's end
 when voice came after the last one). Between checkpoints the last Whisper words stand. A stream
 without hints has no judge: every checkpoint and end is Whisper's. Figures: docs/speech.md.
@@ -25,6 +26,11 @@ from agent.speech.server.whisper import Transcript
 
 #: 10 ms of 16 kHz pcm16
 _STEP_BYTES = 320
+#: Whisper's words, once made for an utterance, outweigh hint-decoder words that read as the
+#: hints when Whisper's confidence is at least this. Chosen on the dev half
+#: (ops/bench/asr-wer, docs/speech.md "Whisper's words over the hints'"): 0.3-0.5 keep the gain
+#: on open speech; 0.5 also keeps the hint decoder's in-domain words and backchannels as before.
+WHISPER_OVER_HINTS_MIN_CONFIDENCE = 0.5
 
 
 class Transcriber(Protocol):
@@ -120,8 +126,20 @@ class OpenSpeechDecoder:
         if self._accepted is None:
             hyp = self.decoder.hyp()
             words = hyp.hypstr.split() if hyp is not None else []
-            self._accepted = not words or self._judge.accepts(words, self._final)
+            self._accepted = not words or (self._judge.accepts(words, self._final)
+                                           and not self._whisper_heard_otherwise())
         return self._accepted
+
+    def _whisper_heard_otherwise(self) -> bool:
+        """Whisper has already heard this audio (at a checkpoint the decoder's words then did not
+        read as the hints), with confidence, as words that do not read as the hints either: the
+        decoder's later words that do ("how late are you there on fridays" as "i would like to",
+        where Whisper heard "how late are you they're on friday") are the hints' pull, not the
+        caller's. Below WHISPER_OVER_HINTS_MIN_CONFIDENCE Whisper's short-utterance slips
+        ("hours hours", "some body") would replace the hint decoder's right words."""
+        w = self._whisper
+        return (w is not None and bool(w.text) and w.confidence >= WHISPER_OVER_HINTS_MIN_CONFIDENCE
+                and not self._judge.accepts(w.text.split(), self._final))
 
     def _run_whisper(self) -> None:
         self._whisper = self._transcriber.transcribe(bytes(self._audio), self._n_alternatives)
