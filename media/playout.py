@@ -262,15 +262,9 @@ class PlayoutBuffer:
             rests = [(list(seg.chunks), seg.offset) for seg in self._segments]
         frame = self._bytes_per_s // 50
         for chunks, offset in rests:
-            pcm = b"".join(chunks)[offset:]
-            samples = np.frombuffer(pcm[: len(pcm) // BYTES_PER_SAMPLE * BYTES_PER_SAMPLE], dtype="<i2")
-            per_frame = frame // BYTES_PER_SAMPLE
-            if not len(samples):
-                continue
-            padded = np.zeros(-(-len(samples) // per_frame) * per_frame)
-            padded[: len(samples)] = samples
-            power = np.mean(padded.reshape(-1, per_frame) ** 2, axis=1)
-            if np.any(power >= (32768.0 * 10.0 ** (QUIET_DBFS / 20.0)) ** 2):
+            pcm = memoryview(b"".join(chunks))[offset:]
+            # the prompt's next word usually comes within a few frames: stop at the first one
+            if any(rms_dbfs(pcm[i:i + frame]) >= QUIET_DBFS for i in range(0, len(pcm) - 1, frame)):
                 return True
         return False
 

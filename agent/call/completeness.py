@@ -50,10 +50,21 @@ ACKNOWLEDGEMENTS = frozenset({"uh huh", "mhm", "mm hmm", "okay", "ok", "yeah", "
                               "all right", "i see"})
 #: hesitations: alone they take no turn, but they as often begin a question ("um, what time ...")
 HESITATIONS = frozenset({"uh", "um", "ah", "oh", "hmm", "mm"})
-_ACKNOWLEDGED = re.compile(
-    "^(?:(?:{h}) )*(?:{a})(?: (?:{a}))*$".format(
-        h="|".join(sorted(FILLERS)),
-        a="|".join(re.escape(p) for p in sorted(ACKNOWLEDGEMENTS, key=len, reverse=True))))
+
+
+def alternatives(phrases: frozenset[str]) -> str:
+    """*phrases* as regex alternatives, the longest first ("all right" before "all")."""
+    return "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
+
+
+_ACKNOWLEDGEMENT = re.compile(rf"^(?:(?:{alternatives(HESITATIONS)}) )*(?:{alternatives(ACKNOWLEDGEMENTS)})"
+                              rf"(?: (?:{alternatives(ACKNOWLEDGEMENTS | HESITATIONS)}))*$")
+
+
+def is_acknowledgement(text: str) -> bool:
+    """ "uh-huh", "okay", "mm-hmm yeah", "oh okay" -- not a bare "uh", "um" or "oh", nor anything
+    with other words."""
+    return bool(_ACKNOWLEDGEMENT.match(" ".join(turn_words(text))))
 QUESTION_WORDS = frozenset("what when where who why how which".split())
 #: verbs that are rarely the last word of a request: their object or clause is still to come
 NEEDS_OBJECT = frozenset("need needed want wanted wanna like love tell give show let get make know wonder "
@@ -175,8 +186,9 @@ def _ends_unfinished(ws: list[str]) -> bool:
 def completeness(text: str) -> Completeness:
     """How finished the words so far are (see the module's docstring)."""
     ws = turn_words(text)
-    if _ACKNOWLEDGED.match(" ".join(ws)):
-        return Completeness.COMPLETE  # "uh huh", "mm hmm", "oh okay", "right right": a whole turn
+    said = " ".join(ws)
+    if is_acknowledgement(text) and any(said == a or said.endswith(" " + a) for a in ACKNOWLEDGEMENTS):
+        return Completeness.COMPLETE  # "uh huh", "mm hmm", "oh okay", "right right": a whole turn, not "okay um"
     core = [w for w in ws if w not in FILLERS]
     if not ws or not core:
         return Completeness.UNFINISHED if ws else Completeness.UNDECIDED

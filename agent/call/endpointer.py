@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from agent.call.completeness import ACKNOWLEDGEMENTS, HESITATIONS, Completeness, completeness
+from agent.call.completeness import (ACKNOWLEDGEMENTS, HESITATIONS, Completeness, alternatives, completeness,
+                                     is_acknowledgement)
 from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
 
@@ -48,29 +49,15 @@ def is_thinking_aloud(text: str) -> bool:
     return " ".join(w for w in _plain(text).split() if w not in HESITATIONS) in ("", "i see")
 
 
-def _alternatives(phrases: frozenset[str]) -> str:
-    return "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
-
-
-_ACKNOWLEDGEMENT = re.compile(rf"^(?:(?:{_alternatives(HESITATIONS)}) )*(?:{_alternatives(ACKNOWLEDGEMENTS)})"
-                              rf"(?: (?:{_alternatives(BACKCHANNELS)}))*$")
-
-
 def phrase_pattern(phrases: frozenset[str]) -> re.Pattern[str]:
     """Any of *phrases* as whole words (the longest first: "all right" before "all")."""
-    return re.compile(rf"\b(?:{_alternatives(phrases)})\b")
+    return re.compile(rf"\b(?:{alternatives(phrases)})\b")
 
 
 def words_besides(text: str, phrases: re.Pattern[str]) -> list[str]:
     """The words of *text* outside the *phrases* (:func:`phrase_pattern`): "all right i'm ah"
     besides the backchannels is ["i'm"]."""
     return phrases.sub(" ", _plain(text)).split()
-
-
-def is_acknowledgement(text: str) -> bool:
-    """ "uh-huh", "okay", "mm-hmm yeah", "oh okay" -- not a bare "uh", "um" or "oh", nor anything
-    with other words."""
-    return bool(_ACKNOWLEDGEMENT.match(_plain(text)))
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ class OpenSpeechDecoder:
         self._final = False
         #: Whisper's words at the last checkpoint
         self._whisper: Transcript | None = None
+        #: Whisper's words at the last checkpoint do not read as the hints, within an utterance
+        #: and at its end (the judge counts the end of sentence there); judged once per run
+        self._whisper_off_hints = (False, False)
         self._accepted: bool | None = None
         #: utterances whose final words were Whisper's / pocketsphinx's; Whisper runs
         self.whisper_finals = 0
@@ -78,6 +81,7 @@ class OpenSpeechDecoder:
         self._frames = 0
         self._final = False
         self._whisper = None
+        self._whisper_off_hints = (False, False)
         self._accepted = None
 
     def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None:
@@ -137,13 +141,18 @@ class OpenSpeechDecoder:
         where Whisper heard "how late are you they're on friday") are the hints' pull, not the
         caller's. Below WHISPER_OVER_HINTS_MIN_CONFIDENCE Whisper's short-utterance slips
         ("hours hours", "some body") would replace the hint decoder's right words."""
-        w = self._whisper
-        return (w is not None and bool(w.text) and w.confidence >= WHISPER_OVER_HINTS_MIN_CONFIDENCE
-                and not self._judge.accepts(w.text.split(), self._final))
+        return self._whisper_off_hints[self._final]
 
     def _run_whisper(self) -> None:
-        self._whisper = self._transcriber.transcribe(bytes(self._audio), self._n_alternatives)
+        w = self._whisper = self._transcriber.transcribe(bytes(self._audio), self._n_alternatives)
         self.whisper_runs += 1
+        heard = w.text.split() if w.confidence >= WHISPER_OVER_HINTS_MIN_CONFIDENCE else []
+        judge = self._judge
+
+        def off_hints(final: bool) -> bool:
+            return bool(heard) and judge is not None and not judge.accepts(heard, final)
+
+        self._whisper_off_hints = (off_hints(False), off_hints(True))
 
     def _layout(self, words: Sequence[str], confidence: float) -> list[_Seg]:
         """*words* spread over the frames the decoder heard words in (all of them if none)."""
