@@ -525,7 +525,9 @@ class AgentServer:
                 falling_finished_silence_ms=self.config.endpointing.finished_silence_ms,
                 incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,
                 continuation_silence_ms=self.config.endpointing.continuation_silence_ms,
-                short_turn_silence_ms=self.config.endpointing.short_turn_silence_ms))
+                short_turn_silence_ms=self.config.endpointing.short_turn_silence_ms,
+                confident_silence_ms=self.config.endpointing.confident_silence_ms,
+                confident_min_confidence=self.config.endpointing.confident_min_confidence))
         routing = self.config.speech.routing
         assert self.selector is not None
         language, asr_model = flow_speech(admitted.dialplan, admitted.flow)

@@ -96,6 +96,24 @@ def test_finished_sentence_silence_is_configurable_and_must_be_positive(tmp_path
     assert str(e.value).startswith(f"{p}:2:24: config.endpointing.finished_silence_ms")
 
 
+def test_confident_silence_is_configurable_and_its_confidence_is_a_fraction(tmp_path):
+    """endpointing.confident_silence_ms (400) and confident_min_confidence (0.6) are read from the
+    config and reach the endpointer's; a confidence above 1 is refused at its line."""
+    from agent.call.endpointer import EndpointerConfig
+    default = load_config(None).endpointing
+    assert (default.confident_silence_ms, default.confident_min_confidence) == (400, 0.6)
+    assert (EndpointerConfig.confident_silence_ms, EndpointerConfig.confident_min_confidence) == (400, 0.6)
+    p = tmp_path / "c.yaml"
+    p.write_text("endpointing:\n  confident_silence_ms: 450\n  confident_min_confidence: 0.75\n")
+    loaded = load_config(str(p)).endpointing
+    assert (loaded.confident_silence_ms, loaded.confident_min_confidence) == (450, 0.75)
+    p.write_text("endpointing:\n  confident_min_confidence: 1.5\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    assert str(e.value).startswith(f"{p}:2:29: config.endpointing.confident_min_confidence")
+    assert "expected a number from 0 to 1" in str(e.value)
+
+
 def test_barge_in_rules_are_configurable_and_checked_at_their_line(tmp_path):
     """barge_in takes every BargeInConfig field; a wrong type, a confidence above 1, an unknown key
     and two settings that contradict each other are refused with file:line and what was expected."""

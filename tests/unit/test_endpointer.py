@@ -63,6 +63,33 @@ def test_a_request_by_meaning_ends_after_its_own_silence_and_is_asked_only_in_si
     assert ep.next_deadline() == pytest.approx(ms(3600))  # finished, no request: 600 ms
 
 
+def test_finished_words_heard_with_confidence_end_after_the_confident_silence():
+    """Finished words that are all final results heard with confidence >= 0.6 end the turn after
+    confident_silence_ms (400) instead of the finished sentence's 600; words heard with less,
+    words still interim and unfinished words do not; a shorter meaning silence still wins."""
+    def turn(text: str, confidence: float | None, config: EndpointerConfig | None = None,
+             meant: bool = False) -> tuple[float | None, str]:
+        ep = TurnEndpointer(lambda t: False, config or EndpointerConfig(), is_meant=lambda t: meant)
+        ep.on_speech_start(ms(0))
+        ep.on_speech_end(ms(1500), ms(1530))
+        assert ep.on_transcript(text, ms(1540), confidence) is None
+        deadline = ep.next_deadline()
+        d = ep.poll(deadline) if deadline is not None else None
+        assert d is not None and d.confidence == confidence
+        return round((deadline - ms(1500)) * 1000), d.reason
+
+    assert turn("my card was stolen yesterday", 0.82) == (400, "confident")
+    assert turn("my card was stolen yesterday", 0.6) == (400, "confident")
+    assert turn("my card was stolen yesterday", 0.55) == (600, "finished")
+    assert turn("my card was stolen yesterday", None) == (600, "finished")   # interim words
+    assert turn("i would like to", 0.9) == (800, "continuation")
+    assert turn("how much money is left", 0.9, meant=True) == (400, "confident")
+    meaning_300 = EndpointerConfig(meaning_silence_ms=300)
+    assert turn("how much money is left", 0.9, meaning_300, meant=True) == (300, "meaning")
+    off = EndpointerConfig(confident_silence_ms=600)
+    assert turn("my card was stolen yesterday", 0.9, off) == (600, "finished")
+
+
 def test_transcript_arriving_after_the_silence_decides_at_once():
     """When the words that complete the request arrive late, the turn ends on their arrival."""
     ep = make()
