@@ -185,6 +185,17 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
     assert "Traceback" not in a.log(), a.log()[-6000:]
 
 
+#: the demo line's balance prompt, "Your account balance is one hundred twenty three dollars and
+#: forty five cents.", less its common words
+BALANCE_WORDS = frozenset({"account", "balance", "hundred", "twenty", "dollar", "dollars", "forty", "cents"})
+
+
+def heard_balance(text: str) -> bool:
+    """Did a caller's recogniser hear the balance prompt in *text*? On a loaded machine it drops
+    words ("balance") and mishears others ("one dollar and forty three cents"): any three will do."""
+    return len(set(text.split()) & BALANCE_WORDS) >= 3
+
+
 def run_caller(uri: str, *args: str, timeout_s: float = 120.0) -> tuple[int, dict[str, object], str]:
     """Run ``openclaw-voice call --json``; return (exit status, report, stderr)."""
     proc = subprocess.run([OPENCLAW, "call", uri, "--json", *args], capture_output=True, timeout=timeout_s,
