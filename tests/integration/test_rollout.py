@@ -83,8 +83,9 @@ def test_a_call_cut_by_a_region_switch_moves_to_a_region_with_its_version(tmp_pa
         record = agent.wait_for(lambda: agent.records(), 20.0, "the call record")[-1]
         assert record["regions"][:2] == ["a", "b"], record
 
-        # a new call now: served by 1.1
-        after = subprocess.run([OPENCLAW, "call", agent.uri, "--json", "--say", "check my balance"],
+        # a new call now: served by 1.1 (the request said over the greeting: one turn is enough)
+        after = subprocess.run([OPENCLAW, "call", agent.uri, "--json", "--barge-in-at", "600",
+                                "--say", "check my balance"],
                                capture_output=True, timeout=90, cwd=ROOT)
         assert after.returncode == 0, after.stdout.decode()[-2000:]
         node = f"http://127.0.0.1:{agent.metrics_port}"

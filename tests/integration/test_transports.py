@@ -216,15 +216,17 @@ def test_client_certificate_required(tmp_path, pki: Pki) -> None:
         code, report, out = run_caller(a.tls_uri, "--transport", "tls", "--tls-ca", pki.ca_file, "--dtmf", "1",
                                        timeout_s=90)
         assert code != 0 and not report.get("answered"), out[-3000:]
+        # (the key pressed over the greeting: the call needs no more than one reply)
         code, report, out = run_caller(a.tls_uri, "--transport", "tls", "--tls-ca", pki.ca_file,
-                                       "--tls-cert", pki.client_cert, "--tls-key", pki.client_key, "--dtmf", "1")
+                                       "--tls-cert", pki.client_cert, "--tls-key", pki.client_key,
+                                       "--barge-in-at", "600", "--dtmf", "1")
         assert code == 0 and report.get("answered") and report["srtp"] is False, out[-3000:]
         _idle(a.agent)
         assert a.agent.records()[-1]["sip"] == {"transport": "tls", "srtp": False}
         # SRTP optional on both sides: the caller's keyed RTP/AVP offer is taken
         code, report, out = run_caller(a.tls_uri, "--transport", "tls", "--tls-ca", pki.ca_file,
                                        "--tls-cert", pki.client_cert, "--tls-key", pki.client_key,
-                                       "--srtp", "optional", "--dtmf", "1")
+                                       "--srtp", "optional", "--barge-in-at", "600", "--dtmf", "1")
         assert code == 0 and report["srtp"] is True, out[-3000:]
         _idle(a.agent)
         assert a.agent.records()[-1]["sip"] == {"transport": "tls", "srtp": True}
