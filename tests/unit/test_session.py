@@ -1177,6 +1177,28 @@ def test_an_out_of_scope_finished_sentence_gets_its_reprompt_after_the_finished_
     assert turn.latency_ms is not None and 600.0 <= turn.latency_ms <= 630.0, turn.latency_ms
 
 
+@pytest.mark.parametrize("confidence, latency_ms", [(0.9, 400.0), (0.5, 600.0)])
+def test_a_finished_sentence_finalised_with_confidence_is_answered_after_the_confident_silence(
+        confidence: float, latency_ms: float) -> None:
+    """The recogniser's final for "my card was stolen yesterday" comes 330 ms into the silence:
+    heard with confidence 0.9 (>= confident_min_confidence) the reprompt plays after
+    confident_silence_ms (400 ms); heard with 0.5, after the finished sentence's 600."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    before = len(h.said())
+    h.tick(40, caller=tone_frame())
+    h.asr_interim("my card was stolen yesterday")
+    h.tick(33)
+    h.speech.streams[-1].callbacks["on_final"]("my card was stolen yesterday", confidence)
+    h.tick(int(latency_ms / 10) - 33 - 5)
+    assert len(h.said()) == before
+    h.tick(10)
+    turn = h.session.turns[-1]
+    assert turn.caller_text == "my card was stolen yesterday" and len(h.said()) > before
+    assert turn.latency_ms is not None and latency_ms <= turn.latency_ms <= latency_ms + 30.0, turn.latency_ms
+
+
 def test_the_dialogue_is_given_the_recognisers_confidence_in_a_final_turn():
     """A turn decided on the recogniser's final results hands its confidence to the dialogue."""
     h = Harness()
