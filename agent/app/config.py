@@ -157,6 +157,9 @@ class EndpointingSettings:
     continuation_silence_ms: int = 800
     #: silence that ends a complete request said in under 300 ms of speech (one syllable) ("no")
     short_turn_silence_ms: int = 250
+    #: silence that ends a request that is a yes or a no alone ("yeah", "nope"), often the
+    #: start of a longer turn ("yeah, actually, another question")
+    answer_silence_ms: int = 250
     #: silence that ends a turn of finished words (or a request by meaning) once they are all the
     #: recogniser's final results, heard with confidence confident_min_confidence (0-1) or more
     confident_silence_ms: int = 400
@@ -617,8 +620,8 @@ def load_config(path: str | None) -> ServerConfig:
     endpointing = EndpointingSettings()
     if (r := top.sub("endpointing")) is not None:
         r.check_keys(("complete_silence_ms", "meaning_silence_ms", "finished_silence_ms", "incomplete_silence_ms",
-                      "continuation_silence_ms", "short_turn_silence_ms", "confident_silence_ms",
-                      "confident_min_confidence"))
+                      "continuation_silence_ms", "short_turn_silence_ms", "answer_silence_ms",
+                      "confident_silence_ms", "confident_min_confidence"))
         endpointing = EndpointingSettings(
             complete_silence_ms=r.get("complete_silence_ms", int, endpointing.complete_silence_ms, _positive),
             meaning_silence_ms=r.get("meaning_silence_ms", int, endpointing.meaning_silence_ms, _positive),
@@ -627,6 +630,7 @@ def load_config(path: str | None) -> ServerConfig:
             continuation_silence_ms=r.get("continuation_silence_ms", int, endpointing.continuation_silence_ms,
                                           _positive),
             short_turn_silence_ms=r.get("short_turn_silence_ms", int, endpointing.short_turn_silence_ms, _positive),
+            answer_silence_ms=r.get("answer_silence_ms", int, endpointing.answer_silence_ms, _positive),
             confident_silence_ms=r.get("confident_silence_ms", int, endpointing.confident_silence_ms, _positive),
             confident_min_confidence=_number(r, "confident_min_confidence", endpointing.confident_min_confidence,
                                              _fraction))

@@ -526,6 +526,7 @@ class AgentServer:
                 incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,
                 continuation_silence_ms=self.config.endpointing.continuation_silence_ms,
                 short_turn_silence_ms=self.config.endpointing.short_turn_silence_ms,
+                answer_silence_ms=self.config.endpointing.answer_silence_ms,
                 confident_silence_ms=self.config.endpointing.confident_silence_ms,
                 confident_min_confidence=self.config.endpointing.confident_min_confidence))
         routing = self.config.speech.routing

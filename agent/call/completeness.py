@@ -124,6 +124,17 @@ def turn_words(text: str) -> list[str]:
     return _WORD.findall(text.lower().replace("’", "'"))
 
 
+#: a yes or a no in one word: a whole answer, and as often the start of a longer one ("yeah,
+#: actually, another question", "nope, I'm all set")
+BARE_ANSWERS = frozenset("yes yeah yep yup no nope nah sure okay ok right alright".split())
+
+
+def is_bare_answer(text: str) -> bool:
+    """Is *text* a yes or a no alone, fillers aside ("yeah", "um no"; not "yes please")?"""
+    ws = [w for w in turn_words(text) if w not in FILLERS]
+    return bool(ws) and all(w in BARE_ANSWERS for w in ws)
+
+
 def _has_verb(ws: list[str]) -> bool:
     for i, w in enumerate(ws):
         if w in COMMON_VERBS:

@@ -3,7 +3,8 @@
 The silence that ends a turn depends on what the caller has said so far and how they said it:
 
 * a request of the current ask (an intent match by the examples' words) in words not left
-  unfinished: a short silence (``complete_silence_ms``); a request matched by meaning only
+  unfinished: a short silence (``complete_silence_ms``), or ``answer_silence_ms`` when it is a
+  yes or a no alone ("yeah", "nope", often the start of more); a request matched by meaning only
   ("is there a live person I could chat with"): ``meaning_silence_ms``;
 * a finished sentence (:mod:`agent.call.completeness`: a clause ending on a content word, a
   closed answer) that is no request of the ask ("my card was stolen yesterday"):
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
 from agent.call.completeness import (ACKNOWLEDGEMENTS, HESITATIONS, Completeness, alternatives, completeness,
-                                     is_acknowledgement)
+                                     is_acknowledgement, is_bare_answer)
 from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
 
@@ -91,6 +92,11 @@ class EndpointerConfig:
     #: and people stop inside words for longer than complete_silence_ms
     short_turn_ms: int = 300
     short_turn_silence_ms: int = 250
+    #: a request that is a yes or a no alone ("yeah", "nope": :func:`is_bare_answer`) ends after
+    #: this, not complete_silence_ms: callers go on after it past a comma's pause ("yeah,
+    #: actually, another question"), and the recogniser's first guess at it is the least sure
+    #: ("nah" heard as "yeah"); chosen on the evaluation corpus's dev half (docs/latency.md)
+    answer_silence_ms: int = 250
     #: a prosody reading counts for the turn's end only if its voice ended this close to it
     prosody_match_ms: int = 40
     #: finished words (or a request by meaning) that are all the recogniser's final results,
@@ -115,7 +121,7 @@ class EndOfTurn:
     speech_end_at: float
     #: when the decision was made (``speech_end_at`` + the silence waited)
     decided_at: float
-    reason: str  # "complete", "meaning", "confident", "finished", "short", "falling", "incomplete", "continuation"
+    reason: str  # "complete", "answer", "meaning", "confident", "finished", "short", "falling", "incomplete", "continuation"
     #: from the turn's first voice to its last (seconds)
     speech_s: float = 0.0
     #: the recogniser's confidence in the words, when they are all its final results (else None)
@@ -277,6 +283,8 @@ class TurnEndpointer:
             if speech_ms < c.short_turn_ms:
                 return c.short_turn_silence_ms, "short"
             if signals.request:
+                if is_bare_answer(self.text):
+                    return max(c.complete_silence_ms, c.answer_silence_ms), "answer"
                 return c.complete_silence_ms, "complete"
             # The shortest of the silences that apply; the finished sentence's on a tie.
             silences = [(c.falling_finished_silence_ms if signals.prosody == FALL else c.finished_silence_ms,

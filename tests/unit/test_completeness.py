@@ -1,7 +1,7 @@
 """The word rules that say whether what the caller said so far is a finished sentence."""
 import pytest
 
-from agent.call.completeness import Completeness, completeness
+from agent.call.completeness import Completeness, completeness, is_bare_answer
 
 UNFINISHED = [
     "I would like to", "I was wondering if", "I was wondering", "could you", "um", "check my", "my account and",
@@ -46,3 +46,11 @@ def test_a_clause_ending_on_a_content_word_or_a_closed_answer_is_complete(text: 
 def test_a_noun_phrase_alone_is_undecided(text: str) -> None:
     """"my card" may be a whole answer or the start of "my card was stolen"."""
     assert completeness(text) is Completeness.UNDECIDED
+
+
+@pytest.mark.parametrize("text, bare", [
+    ("yeah", True), ("Nope.", True), ("um no", True), ("oh yeah", True), ("okay", True), ("yes please", False),
+    ("no thanks", False), ("yep, one more", False), ("um", False), ("", False), ("goodbye", False)])
+def test_a_yes_or_a_no_alone_is_a_bare_answer(text: str, bare: bool) -> None:
+    """A yes or a no in one word, fillers aside, is all a caller may say, or the first word of more."""
+    assert is_bare_answer(text) is bare

@@ -156,6 +156,28 @@ def test_a_one_word_request_waits_the_short_turn_silence():
     assert d is not None and d.reason == "short" and d.silence_s == pytest.approx(ms(250))
 
 
+def test_a_yes_or_no_alone_waits_the_answer_silence():
+    """ "yeah" at "anything else?" is a request (something else) in itself, but callers go on
+    after it past a comma's pause ("yeah, actually, another question"): answer_silence_ms (250),
+    not complete_silence_ms; "yes please" and longer requests still end after the short one."""
+    yes = {"yeah", "um no", "yes please", "check my balance"}
+    for text, wait_ms, reason in (("yeah", 250, "answer"), ("um no", 250, "answer"),
+                                  ("yes please", 30, "complete"), ("check my balance", 30, "complete")):
+        ep = TurnEndpointer(lambda t: t in yes, EndpointerConfig())
+        ep.on_speech_start(ms(0))
+        ep.on_transcript(text, ms(400))
+        assert ep.on_speech_end(ms(500), ms(510)) is None
+        assert ep.next_deadline() == pytest.approx(ms(500 + wait_ms)), text
+        d = ep.poll(ms(500 + wait_ms))
+        assert d is not None and d.reason == reason, text
+    ep = TurnEndpointer(lambda t: t in yes, EndpointerConfig(answer_silence_ms=10))
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("yeah", ms(400))
+    assert ep.on_speech_end(ms(500), ms(520)) is None, "never shorter than complete_silence_ms"
+    d = ep.poll(ms(530))
+    assert d is not None and d.reason == "answer"
+
+
 def test_silence_counts_from_the_latest_voiced_frame():
     """The VAD reported the end of "check my balance" at a dip, but the last sound of "balance"
     came after it: the 60 ms are counted from that sound, not from the reported end."""
