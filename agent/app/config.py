@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from agent.app.config_routing import SECTIONS, ProbeSettings, read_section
 from agent.app.config_secrets import pem_path, secret, speech_connection
@@ -469,23 +469,33 @@ def _not_negative(v: int) -> str | None:
     return None if v >= 0 else "expected an integer of 0 or more"
 
 
-def _barge_in_settings(r: _Reader | None) -> BargeInConfig:
-    """``barge_in``: every field of :class:`BargeInConfig` (docs/configuration.md), checked alone
-    and against each other."""
-    d = BargeInConfig()
+_S = TypeVar("_S")
+
+
+def _settings_of(r: _Reader | None, cls: type[_S], check_int: Callable[[int], str | None]) -> _S:
+    """Every field of the dataclass *cls* from *r*: a fraction (the confidences), or a whole
+    number of ms or words checked by *check_int* (positive where the field's metadata says so)."""
+    d = cls()
     if r is None:
         return d
-    r.check_keys(tuple(f.name for f in fields(BargeInConfig)))
+    r.check_keys(tuple(f.name for f in fields(cls)))
     values: dict[str, Any] = {}
-    for f in fields(BargeInConfig):
-        # a fraction (the confidences), or a whole number of ms or words: positive where the
-        # field's metadata says so (a count of words), else at least 0
+    for f in fields(cls):
         default = getattr(d, f.name)
         if isinstance(default, float):
             values[f.name] = _number(r, f.name, default, _fraction)
         else:
-            values[f.name] = r.get(f.name, int, default, _positive if f.metadata.get("positive") else _not_negative)
-    config = BargeInConfig(**values)
+            values[f.name] = r.get(f.name, int, default, _positive if f.metadata.get("positive") else check_int)
+    return cls(**values)
+
+
+def _barge_in_settings(r: _Reader | None) -> BargeInConfig:
+    """``barge_in``: every field of :class:`BargeInConfig` (docs/configuration.md), checked alone
+    and against each other (milliseconds at least 0)."""
+    d = BargeInConfig()
+    if r is None:
+        return d
+    config = _settings_of(r, BargeInConfig, _not_negative)
     for shorter, longer, why in (
             ("acknowledgement_max_ms", "interruption_min_ms",
              "a voice that long takes the turn before a request in it could"),
@@ -617,23 +627,7 @@ def load_config(path: str | None) -> ServerConfig:
         r.check_keys(("host", "port"))
         metrics = MetricsSettings(host=r.get("host", str, metrics.host), port=r.get("port", int, metrics.port, _port))
 
-    endpointing = EndpointingSettings()
-    if (r := top.sub("endpointing")) is not None:
-        r.check_keys(("complete_silence_ms", "meaning_silence_ms", "finished_silence_ms", "incomplete_silence_ms",
-                      "continuation_silence_ms", "short_turn_silence_ms", "answer_silence_ms",
-                      "confident_silence_ms", "confident_min_confidence"))
-        endpointing = EndpointingSettings(
-            complete_silence_ms=r.get("complete_silence_ms", int, endpointing.complete_silence_ms, _positive),
-            meaning_silence_ms=r.get("meaning_silence_ms", int, endpointing.meaning_silence_ms, _positive),
-            finished_silence_ms=r.get("finished_silence_ms", int, endpointing.finished_silence_ms, _positive),
-            incomplete_silence_ms=r.get("incomplete_silence_ms", int, endpointing.incomplete_silence_ms, _positive),
-            continuation_silence_ms=r.get("continuation_silence_ms", int, endpointing.continuation_silence_ms,
-                                          _positive),
-            short_turn_silence_ms=r.get("short_turn_silence_ms", int, endpointing.short_turn_silence_ms, _positive),
-            answer_silence_ms=r.get("answer_silence_ms", int, endpointing.answer_silence_ms, _positive),
-            confident_silence_ms=r.get("confident_silence_ms", int, endpointing.confident_silence_ms, _positive),
-            confident_min_confidence=_number(r, "confident_min_confidence", endpointing.confident_min_confidence,
-                                             _fraction))
+    endpointing = _settings_of(top.sub("endpointing"), EndpointingSettings, _positive)
 
     barge_in = _barge_in_settings(top.sub("barge_in"))
 

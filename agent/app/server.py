@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
@@ -518,17 +519,10 @@ class AgentServer:
             alternatives=self.config.speech.alternatives,
             first_prompt_delay_ms=self.config.media.first_prompt_delay_ms,
             barge_in=self.config.barge_in,
-            endpointer=EndpointerConfig(
-                complete_silence_ms=self.config.endpointing.complete_silence_ms,
-                meaning_silence_ms=self.config.endpointing.meaning_silence_ms,
-                finished_silence_ms=self.config.endpointing.finished_silence_ms,
-                falling_finished_silence_ms=self.config.endpointing.finished_silence_ms,
-                incomplete_silence_ms=self.config.endpointing.incomplete_silence_ms,
-                continuation_silence_ms=self.config.endpointing.continuation_silence_ms,
-                short_turn_silence_ms=self.config.endpointing.short_turn_silence_ms,
-                answer_silence_ms=self.config.endpointing.answer_silence_ms,
-                confident_silence_ms=self.config.endpointing.confident_silence_ms,
-                confident_min_confidence=self.config.endpointing.confident_min_confidence))
+            # every endpointing setting is an EndpointerConfig field of the same name; a falling
+            # voice shortens no finished sentence's silence
+            endpointer=EndpointerConfig(**asdict(self.config.endpointing),
+                                        falling_finished_silence_ms=self.config.endpointing.finished_silence_ms))
         routing = self.config.speech.routing
         assert self.selector is not None
         language, asr_model = flow_speech(admitted.dialplan, admitted.flow)

@@ -198,7 +198,7 @@ def completeness(text: str) -> Completeness:
     """How finished the words so far are (see the module's docstring)."""
     ws = turn_words(text)
     said = " ".join(ws)
-    if is_acknowledgement(text) and any(said == a or said.endswith(" " + a) for a in ACKNOWLEDGEMENTS):
+    if _ACKNOWLEDGEMENT.match(said) and any(said == a or said.endswith(" " + a) for a in ACKNOWLEDGEMENTS):
         return Completeness.COMPLETE  # "uh huh", "mm hmm", "oh okay", "right right": a whole turn, not "okay um"
     core = [w for w in ws if w not in FILLERS]
     if not ws or not core:

@@ -196,6 +196,7 @@ class TurnEndpointer:
         self.config = config or EndpointerConfig()
         self._words_of = LatestText(completeness, Completeness.UNDECIDED)
         self._complete = LatestText(lambda text: bool(is_complete(text)), False)
+        self._bare_answer = LatestText(is_bare_answer, False)
         self._meant = LatestText(lambda text: bool(is_meant is not None and is_meant(text)), False)
         self._last_voiced_at = last_voiced_at
         self._prosody = prosody
@@ -208,7 +209,7 @@ class TurnEndpointer:
         self._speech_start: float | None = None
         self._speech_end: float | None = None  # None while the caller is speaking
         self._speaking = False
-        for answer in (self._words_of, self._complete, self._meant):
+        for answer in (self._words_of, self._complete, self._bare_answer, self._meant):
             answer.clear()  # the next turn may be at another ask
 
     @property
@@ -283,7 +284,7 @@ class TurnEndpointer:
             if speech_ms < c.short_turn_ms:
                 return c.short_turn_silence_ms, "short"
             if signals.request:
-                if is_bare_answer(self.text):
+                if self._bare_answer(self.text):
                     return max(c.complete_silence_ms, c.answer_silence_ms), "answer"
                 return c.complete_silence_ms, "complete"
             # The shortest of the silences that apply; the finished sentence's on a tie.
