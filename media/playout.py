@@ -102,6 +102,8 @@ class PlayoutBuffer:
         self._gain = 1.0
         self._gain_target = 1.0
         self._gain_step = 0.0
+        #: a ducked segment waits at its end instead of ending (see :meth:`duck`)
+        self._hold_at_end = True
 
     # -- reactor side ---------------------------------------------------
     def open_segment(self) -> int:
@@ -182,12 +184,16 @@ class PlayoutBuffer:
         """When the playout last paused (on its *monotonic* clock)."""
         return self._paused_at
 
-    def duck(self, depth_db: float = DUCK_DB, ramp_ms: float = DUCK_RAMP_MS) -> bool:
+    def duck(self, depth_db: float = DUCK_DB, ramp_ms: float = DUCK_RAMP_MS, hold_at_end: bool = True) -> bool:
         """Lower the prompt by *depth_db* over *ramp_ms* (unless it is already lowered) and let it
-        play on underneath, resumed if paused. Thread-safe; returns False when nothing is playing."""
+        play on underneath, resumed if paused. Thread-safe; returns False when nothing is playing.
+
+        *hold_at_end*: a segment that runs out while ducked waits at its end for :meth:`unduck`
+        (a voice still being judged); False lets it end (a voice already judged)."""
         with self._lock:
             if not self._segments:
                 return False
+            self._hold_at_end = hold_at_end
             if self._gain_target >= 1.0:
                 self._ramp_to(10.0 ** (depth_db / 20.0), ramp_ms)
         self.resume()
@@ -304,7 +310,7 @@ class PlayoutBuffer:
                     self._skip_quiet(seg, nbytes)
                 out += self._take(seg, nbytes - len(out))
                 if not seg.chunks:
-                    if seg.complete and self._gain_target < 1.0:
+                    if seg.complete and self._gain_target < 1.0 and self._hold_at_end:
                         # A ducked prompt does not end under the caller's voice: it waits at its
                         # end, where a silence is no hole, until the voice is judged (an
                         # interruption then stops it whole, an acknowledgement lets it end).

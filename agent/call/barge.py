@@ -19,7 +19,7 @@ from twisted.logger import Logger
 
 from agent.app.metrics import AgentMetrics
 from agent.call.bargein import BargeIn, BargeInConfig, Verdict
-from agent.call.endpointer import TranscriptAssembler, TranscriptState
+from agent.call.endpointer import TranscriptAssembler, TranscriptState, words
 from agent.call.pipeline import MediaPipeline
 from agent.call.ports import Reactor, cancel
 from media.playout import PlayoutBuffer
@@ -103,6 +103,8 @@ class BargeController:
         #: transcript as it was before its words were set aside
         self._resumed: tuple[BargeIn, TranscriptState] | None = None
         self._timer: IDelayedCall | None = None
+        #: brings a prompt ducked after a voice of one word or none back to its level
+        self._unduck_timer: IDelayedCall | None = None
         self.false_interruptions = 0
         self.cut_ins = 0
         self._turn_taken = False
@@ -141,6 +143,7 @@ class BargeController:
 
     def on_voice_onset(self, started_at: float, paused: bool) -> None:
         """A voice began (clock thread has already paused an interruptible prompt if *paused*)."""
+        self._cancel_unduck()
         if not paused:
             if not self._hooks.prompt_playing():
                 return
@@ -180,6 +183,7 @@ class BargeController:
     def drop(self) -> None:
         """Forget the barge-in in progress (the prompt it was about has stopped)."""
         self._pause_ended("stopped")
+        self._cancel_unduck()
         if self.current is not None:
             self.current = None
             self._cancel_check()
@@ -187,6 +191,7 @@ class BargeController:
     def close(self) -> None:
         self._media.barge_armed = False
         self._cancel_check()
+        self._cancel_unduck()
         self._pause_ended("stopped")
 
     def _pause_began(self, at: float) -> None:
@@ -230,7 +235,9 @@ class BargeController:
         barge.on_words(self._transcripts.text, at=self._reactor.seconds())
         self.false_interruptions -= counted
         if barge.talking_over:
-            log.info("call {call_id} caller's {text!r} goes on: prompt plays on", text=barge.text,
+            if not paused:
+                self._playout.duck()
+            log.info("call {call_id} caller's {text!r} goes on: prompt plays on, ducked", text=barge.text,
                      **self._log_fields)
         else:
             log.info("call {call_id} caller's voice is back: prompt paused", **self._log_fields)
@@ -256,6 +263,15 @@ class BargeController:
         cancel(self._timer)
         self._timer = None
 
+    def _cancel_unduck(self) -> None:
+        cancel(self._unduck_timer)
+        self._unduck_timer = None
+
+    def _unduck_later(self) -> None:
+        self._unduck_timer = None
+        if self.current is None:
+            self._playout.unduck()
+
     def check(self) -> None:
         """Ask the barge-in in progress for its verdict and carry it out."""
         self._cancel_check()
@@ -276,11 +292,14 @@ class BargeController:
             self._pause_began(now)
             log.info("call {call_id} caller's voice ({text!r}) goes on: prompt paused again",
                      text=barge.text, **self._log_fields)
-        if decision.verdict is Verdict.TALK_OVER and (self._playout.paused or self._playout.ducked):
+        if decision.verdict is Verdict.TALK_OVER and self._playout.paused:
+            # Ducked while it is said: it is still watched, and a voice that began as an
+            # acknowledgement ("oh, is there ...") may be an interruption after all, which the
+            # caller must not hear the prompt at its own level over. Back to its level at RESUME.
             self._pause_ended("played_on")
-            self._playout.unduck()
-            log.info("call {call_id} caller's {text!r} is an acknowledgement: prompt plays on",
-                     text=barge.text, **self._log_fields)
+            self._playout.duck()
+            log.info("call {call_id} caller's {text!r} is an acknowledgement: prompt plays on, ducked "
+                     "while it is said", text=barge.text, **self._log_fields)
         check_in_s = decision.check_in_s
         if decision.verdict in (Verdict.WAIT, Verdict.PAUSE) and self._paused_since is not None \
                 and self._playout.paused:
@@ -309,7 +328,15 @@ class BargeController:
         if barge.resumed_on_onset:
             # The rest of the acknowledgement, back within rejoin_ms, does not pause the prompt.
             media.play_on_until = max(media.play_on_until, now + barge.config.rejoin_ms / 1000.0)
-        self._playout.unduck()
+        if len(words(barge.text)) <= 1 and not barge.tail:
+            # One word or none ("oh", "um", "yeah", a first sound): as often the start of a sentence
+            # after a breath as all there was; the prompt plays on ducked until the voice has
+            # not come back for rejoin_ms, so a caller going on is not met by it at its own level.
+            self._playout.duck(hold_at_end=False)
+            self._cancel_unduck()
+            self._unduck_timer = self._reactor.callLater(barge.config.rejoin_ms / 1000.0, self._unduck_later)
+        else:
+            self._playout.unduck()
         if barge.tail:
             # Never paused for: the end of the caller's own turn, counted as a cut-in.
             log.info("call {call_id} caller's {ms:.0f} ms ({text!r}) after the turn was taken did not "

@@ -35,6 +35,13 @@ def test_a_sentence_over_the_prompt_is_heard_and_an_acknowledgement_lets_it_play
     r = b.over_prompt(entry, said, cfg, str(tmp_path))
     assert r["onset"] and r["stopped"] and r["why"] == "words" and r["heard"] == "i'm out saying"
     assert 1000 <= r["verdict_after_ms"] <= 1300  # the final words' time, less the first voiced frame
+    assert 0 < r["loud_after_ms"] <= 150  # paused at the onset, then ducked until the verdict
+
+    # Begun like an acknowledgement: the prompt plays on over "oh", ducked, not at its own level.
+    oh = {"events": [[0.3, "interim", "oh"], [0.9, "interim", "oh can i talk to someone"],
+                     [1.2, "final", "oh can i talk to someone", 0.8]]}
+    r = b.over_prompt(_entry(tmp_path, "turn", 900), oh, cfg, str(tmp_path))
+    assert r["stopped"] and 0 < r["loud_after_ms"] <= 150, r
 
     ack = {"events": [[0.4, "interim", "uh huh"], [1.2, "final", "uh huh", 0.9]]}
     r = b.over_prompt(_entry(tmp_path, "backchannel", 800), ack, cfg, str(tmp_path))

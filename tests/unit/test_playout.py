@@ -256,6 +256,26 @@ def test_a_ducked_prompt_waits_at_its_end_and_a_flush_ends_the_duck():
     assert buf.pull_frame(FRAME) == reply and not buf.ducked
 
 
+def test_a_prompt_ducked_without_holding_at_its_end_ends_and_the_next_plays_on_ducked():
+    """Ducked after a voice already judged (``hold_at_end=False``), a prompt that plays out ends
+    as usual and the next one starts at the ducked level until the unduck; a later duck for a
+    voice still being judged holds at the end again."""
+    buf = PlayoutBuffer(sample_rate_hz=16000)
+    events = []
+    buf._on_event = events.append
+    buf.play(_tone(1, amplitude=8000))
+    buf.duck(hold_at_end=False)
+    buf.pull_frame(FRAME)
+    buf.play(_tone(2, amplitude=8000))
+    out = _samples(buf.pull_frame(FRAME))
+    assert [e.type for e in events] == [PlayoutEventType.STARTED, PlayoutEventType.FINISHED,
+                                        PlayoutEventType.STARTED]
+    assert not buf.paused and 0 < np.abs(out).max() <= round(8000 * 10 ** (-24 / 20))
+    buf.duck()  # a new voice: the held end is back
+    buf.pull_frame(FRAME)
+    assert buf.pull_frame(FRAME) == bytes(FRAME) and buf.paused
+
+
 def test_nothing_playing_is_not_ducked():
     """Like a pause, a duck needs a prompt: with nothing queued it reports False."""
     buf = PlayoutBuffer(sample_rate_hz=16000)
