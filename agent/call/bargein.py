@@ -26,8 +26,8 @@ plays on:
   the prompt over them would lose the caller's words;
 * words that are an acknowledgement ("uh-huh", "okay", "yeah", a held "oh" or "mm"; not
   a bare "um" or "uh", which as often begins a question) let the prompt
-  play on at once, while the caller is still saying them (``TALK_OVER``); the
-  voice is still watched and can still turn into an interruption;
+  play on at once, ducked, while the caller is still saying them (``TALK_OVER``);
+  the voice is still watched and can still turn into an interruption;
 * a voice that ends with none of that resumes the prompt where it paused.
   It has ended after ``resume_after_ms`` of quiet when it had an
   acknowledgement's words, after ``word_gap_ms`` when it had others (the stop
@@ -129,7 +129,8 @@ class BargeInConfig:
     #: ... after a voice with no words yet: it may be the first sound of a word ("w" of "what")
     #: before a silent stretch, and resuming the prompt in between makes it stutter
     no_words_gap_ms: int = 200
-    #: a voice that comes back this soon after the prompt resumed continues the same barge-in
+    #: a voice that comes back this soon after the prompt resumed continues the same barge-in (after
+    #: a voice of one word or none, the prompt plays on ducked meanwhile: agent/call/barge.py)
     rejoin_ms: int = 400
     #: a voice still being judged this long after it paused the prompt lets the prompt play on
     #: ducked (``media.playout.DUCK_DB``) until the verdict: a pause longer than this is a hole in
