@@ -125,6 +125,9 @@ class BargeController:
         self._turn_taken = True
         self._cut_in_noted = False
         self._tail_until = speech_end_at + self._config.tail_ms / 1000.0
+        if self._unduck_timer is not None:  # the reply is at its own level
+            self._cancel_unduck()
+            self._playout.unduck()
         self._media.play_on_until = max(self._media.play_on_until, self._tail_until)
 
     def on_words(self, text: str, final: bool = False) -> bool:
@@ -143,7 +146,6 @@ class BargeController:
 
     def on_voice_onset(self, started_at: float, paused: bool) -> None:
         """A voice began (clock thread has already paused an interruptible prompt if *paused*)."""
-        self._cancel_unduck()
         if not paused:
             if not self._hooks.prompt_playing():
                 return
@@ -269,7 +271,7 @@ class BargeController:
 
     def _unduck_later(self) -> None:
         self._unduck_timer = None
-        if self.current is None:
+        if self.current is None:  # else the voice came back: its verdict sets the level
             self._playout.unduck()
 
     def check(self) -> None:

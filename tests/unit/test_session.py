@@ -732,6 +732,34 @@ def test_an_acknowledgement_with_a_gap_across_the_end_of_a_transfer_question_is_
     assert h.session.dialogue.asking_before_acting
 
 
+def test_a_reply_after_a_one_word_voice_at_a_prompts_end_is_at_its_own_level():
+    """ "oh" over the last 200 ms of "Do you want me to put you through to an agent?": the question
+    plays on ducked after it (one word) and ends; the caller then answers "no", and the menu said
+    again is at its own level, not left ducked."""
+    a = Harness()
+    _to_the_transfer_question(a)
+    length = 0
+    while a.session.playout.busy:
+        a.tick(1)
+        length += 1
+    h = Harness()
+    _to_the_transfer_question(h)
+    h.tick(length - 20)
+    h.tick(8, caller=tone_frame())
+    h.asr_interim("oh")
+    h.tick(7, caller=tone_frame())
+    h.tick(8)
+    assert h.session.playout.ducked            # "oh" is over: one word, the question plays on ducked
+    h.tick(20)
+    assert not h.session.playout.busy and h.session.turn_taker.listening
+    h.caller_says("no")
+    while not h.session.playout.busy:
+        h.tick(1)
+    h.tick(30)
+    assert h.said()[-1].startswith("How can I help you"), h.said()
+    assert not h.session.playout.ducked and h.session.playout.gain == 1.0
+
+
 def test_a_yes_begun_over_a_transfer_question_answers_it():
     """A plain "yes" over the question's end is an answer (callers who know what comes do)."""
     h = Harness()
