@@ -433,37 +433,39 @@ def test_a_voice_that_began_as_an_acknowledgement_never_has_the_prompt_at_its_le
     and the voice back 150 ms later stops the prompt; at no point between the onset and the stop
     does the caller hear the prompt at its own level. After a voice of two acknowledging words
     ("uh huh") the prompt is back at its level as soon as the voice is over."""
-    h = Harness()
-    h.session.start()
-    h.tick(40)
+    h = _saying_over_the_greeting("oh")
     pl = h.session.playout
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("oh")
     quiet = []
-    for _ in range(7):
-        h.tick(1, caller=tone_frame())
-        quiet.append(pl.paused or pl.ducked)
-    for _ in range(15):
-        h.tick(1)
-        quiet.append(pl.paused or pl.ducked)
+
+    def tick(frames: int, voiced: bool) -> None:
+        for _ in range(frames):
+            h.tick(1, caller=tone_frame() if voiced else None)
+            quiet.append(pl.paused or pl.ducked)
+
+    tick(7, voiced=True)
+    tick(15, voiced=False)
     assert h.session.false_interruptions == 1 and h.session.barge_ins == 0  # "oh" did not interrupt
-    for _ in range(6):                       # back: an onset 50 ms on
-        h.tick(1, caller=tone_frame())
-        quiet.append(pl.paused or pl.ducked)
+    tick(6, voiced=True)                     # back: an onset 50 ms on
     h.asr_interim("oh wait")
     assert h.session.barge_ins == 1 and not pl.busy
     assert all(quiet), quiet
 
-    h = Harness()
-    h.session.start()
-    h.tick(40)
+    h = _saying_over_the_greeting("uh huh")
     pl = h.session.playout
-    h.tick(10, caller=tone_frame())
-    h.asr_interim("uh huh")
     h.tick(20, caller=tone_frame())
     assert pl.ducked and not pl.paused
     h.tick(10)
     assert not pl.ducked and not pl.paused and h.session.false_interruptions == 1
+
+
+def _saying_over_the_greeting(words: str) -> "Harness":
+    """The caller's voice begins 400 ms into the greeting; 100 ms on, the recogniser hears *words*."""
+    h = Harness()
+    h.session.start()
+    h.tick(40)
+    h.tick(10, caller=tone_frame())
+    h.asr_interim(words)
+    return h
 
 
 def test_an_acknowledgement_that_turns_into_an_interruption_still_stops_the_prompt():
@@ -647,6 +649,21 @@ def _to_the_transfer_question(h: "Harness") -> None:
     assert h.session.dialogue.asking_before_acting
 
 
+def _before_the_transfer_questions_end(frames: int) -> "Harness":
+    """A call at the transfer question (:func:`_to_the_transfer_question`) *frames* x 10 ms before
+    the question has played out (its length measured on a twin call)."""
+    a = Harness()
+    _to_the_transfer_question(a)
+    length = 0
+    while a.session.playout.busy:
+        a.tick(1)
+        length += 1
+    h = Harness()
+    _to_the_transfer_question(h)
+    h.tick(length - frames)
+    return h
+
+
 def _over_the_transfer_question(h: "Harness", text: str) -> None:
     """A request for a person heard unclearly at the menu ("i want right", by meaning): while
     "Do you want me to put you through to an agent?" is said, the caller says *text*, begun 0.4 s
@@ -708,15 +725,7 @@ def test_an_acknowledgement_with_a_gap_across_the_end_of_a_transfer_question_is_
     """ "oh | okay": its "oh" said over the last 200 ms of "Do you want me to put you through to
     an agent?", its "okay" just after the question ended (the caller quiet, for a moment, as
     listening began): the turn began over the question, and is no yes."""
-    a = Harness()
-    _to_the_transfer_question(a)
-    length = 0
-    while a.session.playout.busy:
-        a.tick(1)
-        length += 1
-    h = Harness()
-    _to_the_transfer_question(h)
-    h.tick(length - 20)
+    h = _before_the_transfer_questions_end(20)
     h.tick(5, caller=tone_frame())
     h.asr_interim("oh")
     h.tick(15, caller=tone_frame())
@@ -736,15 +745,7 @@ def test_a_reply_after_a_one_word_voice_at_a_prompts_end_is_at_its_own_level():
     """ "oh" over the last 200 ms of "Do you want me to put you through to an agent?": the question
     plays on ducked after it (one word) and ends; the caller then answers "no", and the menu said
     again is at its own level, not left ducked."""
-    a = Harness()
-    _to_the_transfer_question(a)
-    length = 0
-    while a.session.playout.busy:
-        a.tick(1)
-        length += 1
-    h = Harness()
-    _to_the_transfer_question(h)
-    h.tick(length - 20)
+    h = _before_the_transfer_questions_end(20)
     h.tick(8, caller=tone_frame())
     h.asr_interim("oh")
     h.tick(7, caller=tone_frame())
