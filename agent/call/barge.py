@@ -38,7 +38,7 @@ class PromptPause:
     began_at: float    # reactor seconds: when the playout paused
     ended_at: float    # ... when it played again, or when the prompt was stopped
     #: "resumed" (the voice was over and did not interrupt), "played_on" (an acknowledgement
-    #: still being said: the prompt played on over it), "ducked" (still being judged after
+    #: still being said: the prompt played on over it, ducked), "ducked" (still being judged after
     #: ``BargeInConfig.duck_after_ms``: the prompt played on, ducked), "interrupted" (the caller
     #: took the turn), "stopped" (the prompt ended otherwise: a key, the call's end)
     outcome: str
