@@ -129,9 +129,13 @@ class BargeInConfig:
     #: ... after a voice with no words yet: it may be the first sound of a word ("w" of "what")
     #: before a silent stretch, and resuming the prompt in between makes it stutter
     no_words_gap_ms: int = 200
-    #: a voice that comes back this soon after the prompt resumed continues the same barge-in (after
-    #: a voice of one word or none, the prompt plays on ducked meanwhile: agent/call/barge.py)
+    #: a voice that comes back this soon after the prompt resumed continues the same barge-in
     rejoin_ms: int = 400
+    #: after a voice of one word or none that did not interrupt ("okay", "oh", "um", a noise), the
+    #: prompt plays on ducked this long before it is back at its own level: as often as not the
+    #: caller is drawing breath to go on ("um, | could you ..."), and must not be met by the
+    #: prompt at its level (0: back at once)
+    word_duck_ms: int = 600
     #: a voice still being judged this long after it paused the prompt lets the prompt play on
     #: ducked (``media.playout.DUCK_DB``) until the verdict: a pause longer than this is a hole in
     #: the prompt a caller notices, while the recogniser's first words come ~300 ms into a voice

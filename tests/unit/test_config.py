@@ -123,9 +123,10 @@ def test_barge_in_rules_are_configurable_and_checked_at_their_line(tmp_path):
     from agent.call.bargein import BargeInConfig
     assert load_config(None).barge_in == BargeInConfig()
     p = tmp_path / "c.yaml"
-    p.write_text("barge_in:\n  interruption_min_ms: 1500\n  sentence_min_confidence: 0.5\n  duck_after_ms: 0\n")
+    p.write_text("barge_in:\n  interruption_min_ms: 1500\n  sentence_min_confidence: 0.5\n  duck_after_ms: 0\n"
+                 "  word_duck_ms: 0\n")
     b = load_config(str(p)).barge_in
-    assert (b.interruption_min_ms, b.sentence_min_confidence, b.duck_after_ms) == (1500, 0.5, 0)
+    assert (b.interruption_min_ms, b.sentence_min_confidence, b.duck_after_ms, b.word_duck_ms) == (1500, 0.5, 0, 0)
     assert b.sentence_min_ms == BargeInConfig().sentence_min_ms
     for text, where, expected in (
             ("barge_in:\n  sentence_min_confidence: 1.5\n", "2:28", "expected a number from 0 to 1"),

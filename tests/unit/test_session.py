@@ -405,7 +405,7 @@ def test_an_acknowledgement_recognised_while_it_is_said_lets_the_prompt_play_on_
     """ "okay" recognised 100 ms into the voice and still heard 60 ms later: the prompt plays
     again, ducked, while the caller is still saying it, and carries on to its end. A voice of
     one word may be the start of a sentence after a breath: the prompt is back at its own level
-    once the voice has stayed away for 400 ms (rejoin_ms)."""
+    once the voice has stayed away for 600 ms (word_duck_ms)."""
     h = Harness()
     h.session.start()
     h.tick(40)
@@ -421,7 +421,9 @@ def test_an_acknowledgement_recognised_while_it_is_said_lets_the_prompt_play_on_
     h.tick(20)
     assert h.session.barge_ins == 0 and h.session.false_interruptions == 1
     assert h.session.playout.ducked                  # over 110-140 ms ago
-    h.tick(35)
+    h.tick(40)
+    assert h.session.playout.ducked                  # 510-540 ms ago
+    h.tick(15)
     assert not h.session.playout.ducked              # and it did not come back
     h.play_out()
     greeting = h.session.turns[0].agent_prompts[0]
