@@ -237,7 +237,7 @@ class BargeController:
         barge.on_words(self._transcripts.text, at=self._reactor.seconds())
         self.false_interruptions -= counted
         if barge.talking_over:
-            if not paused:
+            if not paused:  # still being judged: ducked, and held at its end (check() ducks a paused one)
                 self._playout.duck()
             log.info("call {call_id} caller's {text!r} goes on: prompt plays on, ducked", text=barge.text,
                      **self._log_fields)
