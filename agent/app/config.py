@@ -140,6 +140,14 @@ class SpeechSettings:
     #: how the embedded speech server hears words that are not the phrase hints: whisper,
     #: general (the same as embedded_general_alongside_hints) or hints (docs/speech.md)
     embedded_open_speech: str = "whisper"
+    #: ask the recogniser to punctuate, for endpointing.sentence_end_silence_ms: "auto" (the
+    #: embedded speech server only: its sentence mark is Whisper's reading of voice and words;
+    #: a hosted Riva punctuation model writes one from the words alone), "on" or "off"
+    punctuation: str = "auto"
+
+    @property
+    def asks_punctuation(self) -> bool:
+        return self.punctuation == "on" or (self.punctuation == "auto" and not self.regions)
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,10 @@ class EndpointingSettings:
     #: recogniser's final results, heard with confidence confident_min_confidence (0-1) or more
     confident_silence_ms: int = 400
     confident_min_confidence: float = 0.6
+    #: silence that ends a turn of finished words (or a request by meaning) that the recogniser
+    #: wrote as a whole sentence (its transcript ends with "." or "?"; it is asked to punctuate
+    #: only when this is shorter than finished_silence_ms or meaning_silence_ms)
+    sentence_end_silence_ms: int = 250
 
 
 @dataclass(frozen=True)
@@ -290,6 +302,14 @@ def _kind(value: Any) -> str:
 
 def _port(v: int) -> str | None:
     return None if 0 <= v <= 65535 else "expected a port number 0-65535"
+
+
+def _on_off_auto(r: "_Reader", key: str, default: str) -> str:
+    """auto, on or off (YAML reads a bare on/off, yes/no or true/false as a boolean)."""
+    n = r.values.get(key)
+    if n is not None and isinstance(n.value, bool):
+        return "on" if n.value else "off"
+    return r.get(key, str, default, lambda v: None if v in ("auto", "on", "off") else "expected auto, on or off")
 
 
 def _positive(v: int) -> str | None:
@@ -574,7 +594,7 @@ def load_config(path: str | None) -> ServerConfig:
     speech = SpeechSettings()
     if (r := top.sub("speech")) is not None:
         r.check_keys(("regions", "routing", "voice", "stop_history_ms", "phrase_hints", "alternatives",
-                      "embedded_general_alongside_hints", "embedded_open_speech"))
+                      "embedded_general_alongside_hints", "embedded_open_speech", "punctuation"))
         regions: list[RegionSettings] = []
         rn = r.values.get("regions")
         if rn is not None:
@@ -610,6 +630,7 @@ def load_config(path: str | None) -> ServerConfig:
         speech = SpeechSettings(regions=tuple(regions), routing=routing, voice=r.get("voice", str, speech.voice),
                                 stop_history_ms=r.get("stop_history_ms", int, speech.stop_history_ms, _positive),
                                 phrase_hints=r.get("phrase_hints", bool, speech.phrase_hints),
+                                punctuation=_on_off_auto(r, "punctuation", speech.punctuation),
                                 alternatives=r.get("alternatives", int, speech.alternatives,
                                                    lambda v: None if 1 <= v <= 5 else "expected 1 to 5"),
                                 embedded_general_alongside_hints=r.get(

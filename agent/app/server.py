@@ -517,6 +517,7 @@ class AgentServer:
             stop_history_ms=self.config.speech.stop_history_ms,
             phrase_hints=self.config.speech.phrase_hints,
             alternatives=self.config.speech.alternatives,
+            punctuation=self.config.speech.asks_punctuation,
             first_prompt_delay_ms=self.config.media.first_prompt_delay_ms,
             barge_in=self.config.barge_in,
             # every endpointing setting is an EndpointerConfig field of the same name; a falling

@@ -95,6 +95,13 @@ CLOSED_ANSWERS = frozenset({
 #: said before an answer without being it ("yep, one more", "uh, no thanks")
 _ANSWER_OPENERS = frozenset("yes yeah yep yup no nope nah okay ok well so um uh".split())
 _DIGIT_WORDS = frozenset("zero oh one two three four five six seven eight nine".split())
+
+
+def ends_in_digits(text: str) -> bool:
+    """Do the words end with a spoken digit ("it's two six four one")? Callers read numbers out
+    in groups, with a pause between them that the voice cannot tell from an end."""
+    ws = turn_words(text)
+    return bool(ws) and ws[-1] in _DIGIT_WORDS
 #: words after which a clause has its verb ("my card was stolen"): auxiliaries, and common
 #: verbs in any form ("-ed", "-ing" and "-s" forms are also taken as verbs after a subject)
 COMMON_VERBS = frozenset("""

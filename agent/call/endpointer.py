@@ -11,7 +11,10 @@ The silence that ends a turn depends on what the caller has said so far and how 
   ``finished_silence_ms`` (``falling_finished_silence_ms`` when the voice fell at its end,
   :mod:`agent.call.prosody`); the reply, a reprompt, is prepared during it. Once such words
   (or a request by meaning) are all the recogniser's final results, heard with confidence
-  (``confident_min_confidence``): ``confident_silence_ms``, if shorter;
+  (``confident_min_confidence``): ``confident_silence_ms``, if shorter; and once the
+  recogniser has written them as a whole sentence (its latest result ends with a full stop or
+  a question mark: with the embedded engine, Whisper's own sure sentence end, heard in the voice
+  as well as the words): ``sentence_end_silence_ms``, if shorter;
 * words ending where a sentence cannot ("I would like to", "I was wondering if", "my account
   and", "hi there"): ``continuation_silence_ms``, even if an intent matches ("bye that i'd");
 * anything else ("my card", "checking account"): ``incomplete_silence_ms``
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
 from agent.call.completeness import (ACKNOWLEDGEMENTS, HESITATIONS, Completeness, alternatives, completeness,
-                                     is_acknowledgement, is_bare_answer)
+                                     ends_in_digits, is_acknowledgement, is_bare_answer)
 from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
 
@@ -44,6 +47,16 @@ def is_backchannel(text: str) -> bool:
     """True for an acknowledgement such as "uh-huh", "okay", "yeah", a hesitation, or nothing."""
     w = _plain(text)
     return w == "" or w in BACKCHANNELS or all(x in BACKCHANNELS for x in w.split())
+
+
+_SENTENCE_END = re.compile(r"[.?!][\"')\]]*\s*$")
+
+
+def ends_sentence(text: str) -> bool:
+    """Does a recogniser's transcript end with a sentence's full stop, question or exclamation
+    mark ("Can I speak to someone, please?"), not a comma or an ellipsis ("I was wondering...")?
+    Recognisers punctuate only when asked (Riva ``enable_automatic_punctuation``)."""
+    return bool(_SENTENCE_END.search(text)) and not text.rstrip().rstrip("\"')]").endswith("..")
 
 
 def is_thinking_aloud(text: str) -> bool:
@@ -106,6 +119,16 @@ class EndpointerConfig:
     #: the evaluation corpus's dev half: docs/latency.md, "Heard with confidence")
     confident_silence_ms: int = 400
     confident_min_confidence: float = 0.6
+    #: finished words (or a request by meaning) that the recogniser wrote as a whole sentence
+    #: (ending with "." or "?": :func:`ends_sentence`): sentence_end_silence_ms. Longer than the
+    #: gaps inside a sentence (up to ~240 ms); chosen on the evaluation corpus's dev half
+    #: (docs/latency.md, "Written as a whole sentence")
+    sentence_end_silence_ms: int = 250
+
+    @property
+    def uses_sentence_marks(self) -> bool:
+        """Does a sentence mark shorten any silence (else the recogniser need not punctuate)?"""
+        return self.sentence_end_silence_ms < max(self.finished_silence_ms, self.meaning_silence_ms)
 
     @property
     def uses_prosody(self) -> bool:
@@ -121,7 +144,7 @@ class EndOfTurn:
     speech_end_at: float
     #: when the decision was made (``speech_end_at`` + the silence waited)
     decided_at: float
-    reason: str  # "complete", "answer", "meaning", "confident", "finished", "short", "falling", "incomplete", "continuation"
+    reason: str  # "complete", "answer", "meaning", "confident", "sentence", "finished", "short", "falling", "incomplete", "continuation"
     #: from the turn's first voice to its last (seconds)
     speech_s: float = 0.0
     #: the recogniser's confidence in the words, when they are all its final results (else None)
@@ -206,6 +229,8 @@ class TurnEndpointer:
         """Forget the current turn (after a decision, or when the agent stops listening)."""
         self.text = ""
         self.confidence: float | None = None
+        #: the recogniser wrote the latest words as a whole sentence (:func:`ends_sentence`)
+        self.sentence_end = False
         self._speech_start: float | None = None
         self._speech_end: float | None = None  # None while the caller is speaking
         self._speaking = False
@@ -234,13 +259,16 @@ class TurnEndpointer:
         self._speech_end = last_voiced_at
         return self.poll(now)
 
-    def on_transcript(self, text: str, now: float, confidence: float | None = None) -> EndOfTurn | None:
+    def on_transcript(self, text: str, now: float, confidence: float | None = None,
+                      sentence_end: bool = False) -> EndOfTurn | None:
         """An interim or final transcript of the turn so far; *confidence*: the recogniser's,
-        when *text* is made of final results only."""
+        when *text* is made of final results only; *sentence_end*: the recogniser wrote its
+        latest result as a whole sentence."""
         text = text.strip()
         if text:
             self.text = text
             self.confidence = confidence
+            self.sentence_end = sentence_end
             if self._speech_start is None:
                 # The recogniser heard speech the VAD missed: treat it as a turn.
                 self._speech_start = now
@@ -294,6 +322,8 @@ class TurnEndpointer:
                 silences.append((c.meaning_silence_ms, "meaning"))
             if self.confidence is not None and self.confidence >= c.confident_min_confidence:
                 silences.append((c.confident_silence_ms, "confident"))
+            if self.sentence_end and not ends_in_digits(self.text):  # a number's groups: not its end
+                silences.append((c.sentence_end_silence_ms, "sentence"))
             return min(silences, key=lambda s: s[0])
         if signals.prosody == FALL:
             return c.falling_silence_ms, "falling"
@@ -372,6 +402,9 @@ class TranscriptAssembler:
         #: ... of the open utterance's interim, and of the turn's last final
         self._interim_readings: tuple[str, ...] = ()
         self._final_readings: tuple[str, ...] = ()
+        #: the recogniser wrote the open utterance's interim / the turn's last final as a whole
+        #: sentence (:func:`ends_sentence`)
+        self._interim_ends_sentence = self._final_ends_sentence = False
 
     @property
     def text(self) -> str:
@@ -404,6 +437,14 @@ class TranscriptAssembler:
                 out.append(text)
         return tuple(out)
 
+    @property
+    def sentence_end(self) -> bool:
+        """Did the recogniser write its latest result of the turn's words (the interim, else the
+        last final) as a whole sentence?"""
+        if self._interim:
+            return self._interim_ends_sentence
+        return bool(self._finals) and self._final_ends_sentence
+
     def on_alternatives(self, readings: tuple[str, ...]) -> None:
         """The recogniser's other readings of the result that comes next (interim or final)."""
         self._next_readings = tuple(readings)
@@ -417,6 +458,7 @@ class TranscriptAssembler:
     def on_interim(self, text: str) -> str:
         self._interim = " ".join(self._strip(words(text)))
         self._interim_readings, self._next_readings = self._next_readings, ()
+        self._interim_ends_sentence = ends_sentence(text)
         return self.text
 
     def on_final(self, text: str, last_voice_at: float | None = None,
@@ -440,6 +482,7 @@ class TranscriptAssembler:
             self._finals.append(" ".join(rest))
             self._confidences.append(confidence)
             self._final_readings = readings
+            self._final_ends_sentence = ends_sentence(text)
         return self.text, extra
 
     def consume(self) -> str:

@@ -68,6 +68,9 @@ class SessionSettings:
     #: readings of each recognition result to ask for (1: the likeliest only); words that
     #: select nothing may select an intent by another (docs/speech.md, "Other readings")
     alternatives: int = 4
+    #: ask the recogniser to punctuate when a sentence mark shortens a silence
+    #: (EndpointerConfig.uses_sentence_marks; config speech.punctuation)
+    punctuation: bool = True
     asr_reopen_limit: int = 3
     #: what a caller's voice over an interruptible prompt must be to take the turn
     barge_in: BargeInConfig = field(default_factory=BargeInConfig)
@@ -257,7 +260,8 @@ class CallSession:
             options = RecognitionOptions(
                 sample_rate_hz=self._asr_rate_hz, stop_history_ms=self.settings.stop_history_ms,
                 phrases=tuple(getattr(self.dialogue, "phrase_hints", ())) if self.settings.phrase_hints else (),
-                max_alternatives=self.settings.alternatives)
+                max_alternatives=self.settings.alternatives,
+                punctuation=self.settings.punctuation and self.settings.endpointer.uses_sentence_marks)
             stream = self._speech.open_recognition(
                 options,
                 on_interim=lambda text: self._reactor.callFromThread(self._on_interim, text),

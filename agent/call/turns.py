@@ -127,7 +127,8 @@ class TurnTaker:
         if self.listening:
             confidence = self.transcripts.confidence
             self._speculate(text, confidence)
-            self._handle(self.endpointer.on_transcript(text, self._reactor.seconds(), confidence))
+            self._handle(self.endpointer.on_transcript(text, self._reactor.seconds(), confidence,
+                                                       sentence_end=self.transcripts.sentence_end))
 
     def take_interrupting_turn(self, started_at: float, last_voiced_at: float) -> None:
         """A barge-in became the caller's turn: it began at *started_at*; decide on its words."""

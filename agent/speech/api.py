@@ -51,6 +51,9 @@ class RecognitionOptions:
     #: readings of each result to ask for (Riva ``max_alternatives``); the others than the
     #: first reach ``on_alternatives``
     max_alternatives: int = 1
+    #: ask the recogniser to punctuate (Riva ``enable_automatic_punctuation``): a transcript that
+    #: ends with a full stop or a question mark was heard as a whole sentence (docs/latency.md)
+    punctuation: bool = False
 
 
 class RecognitionStream(Protocol):

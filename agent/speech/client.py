@@ -435,6 +435,7 @@ class SpeechClient:
             max_alternatives=max(1, options.max_alternatives),
             audio_channel_count=1,
             enable_word_time_offsets=on_final_marks is not None,
+            enable_automatic_punctuation=options.punctuation,
         )
         if options.stop_history_ms is not None:
             config.endpointing_config.stop_history = options.stop_history_ms

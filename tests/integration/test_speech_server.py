@@ -1024,3 +1024,22 @@ def test_client_asks_for_other_readings_and_gets_them_before_each_result(client:
                 found += bool(others)
     assert found, "no utterance had another reading"
     assert all(v == () for k, v in readings_of("What time do you close?", 1) if k == "alternatives")
+
+
+def test_client_asks_for_punctuation_and_hears_a_sure_sentence_end(client: SpeechClient) -> None:
+    """Asked to punctuate, the embedded recogniser ends Whisper's words with the question mark
+    it is sure of ("what time do you close?") and leaves a half-sentence bare ("i was wondering
+    if"); not asked, it writes no mark."""
+    def final_of(text: str, punctuation: bool) -> str:
+        rec = Recorder()
+        stream = _open(client, rec, stop_history_ms=400, punctuation=punctuation)
+        for chunk in chunks(silence_8k(0.3) + convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(speech_8k(text)))
+                            + silence_8k(0.8)):
+            stream.push_audio(chunk)
+        assert rec.final.wait(RPC_TIMEOUT_S)
+        stream.close()
+        return next(v[0] for k, v in rec.events if k == "final")  # type: ignore[index]
+
+    assert final_of("What time do you close?", True) == "what time do you close?"
+    assert final_of("I was wondering if", True) == "i was wondering if"
+    assert final_of("What time do you close?", False) == "what time do you close"

@@ -117,6 +117,38 @@ def test_confident_silence_is_configurable_and_its_confidence_is_a_fraction(tmp_
     assert "expected a number from 0 to 1" in str(e.value)
 
 
+def test_the_sentence_silence_is_configurable_and_checked_at_its_line(tmp_path):
+    """endpointing.sentence_end_silence_ms (the default the endpointer's) is read from the config;
+    a negative one is refused at its line."""
+    from agent.call.endpointer import EndpointerConfig
+    assert load_config(None).endpointing.sentence_end_silence_ms == EndpointerConfig.sentence_end_silence_ms
+    p = tmp_path / "c.yaml"
+    p.write_text("endpointing:\n  sentence_end_silence_ms: 600\n")
+    assert load_config(str(p)).endpointing.sentence_end_silence_ms == 600
+    p.write_text("endpointing:\n  sentence_end_silence_ms: -5\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    assert str(e.value).startswith(f"{p}:2:28: config.endpointing.sentence_end_silence_ms")
+
+
+def test_punctuation_is_asked_of_the_embedded_server_unless_configured(tmp_path):
+    """speech.punctuation: auto (the default) asks the embedded speech server to punctuate and
+    hosted regions not; on and off say so; anything else is refused at its line."""
+    assert load_config(None).speech.asks_punctuation
+    p = tmp_path / "c.yaml"
+    hosted = "speech:\n  regions:\n    - {name: east, uri: 'riva.example:50051'}\n"
+    p.write_text(hosted)
+    assert not load_config(str(p)).speech.asks_punctuation
+    p.write_text(hosted + "  punctuation: on\n")
+    assert load_config(str(p)).speech.asks_punctuation
+    p.write_text("speech:\n  punctuation: off\n")
+    assert not load_config(str(p)).speech.asks_punctuation
+    p.write_text("speech:\n  punctuation: yes please\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    assert str(e.value).startswith(f"{p}:2:16: config.speech.punctuation") and "expected auto, on or off" in str(e.value)
+
+
 def test_barge_in_rules_are_configurable_and_checked_at_their_line(tmp_path):
     """barge_in takes every BargeInConfig field; a wrong type, a confidence above 1, an unknown key
     and two settings that contradict each other are refused with file:line and what was expected."""

@@ -4,7 +4,7 @@ import pytest
 from agent.call.prosody import ProsodyReading
 from agent.call.completeness import Completeness, completeness
 from agent.call.endpointer import (
-    EndpointerConfig, TranscriptAssembler, TurnEndpointer, is_backchannel,
+    EndpointerConfig, TranscriptAssembler, TurnEndpointer, ends_sentence, is_backchannel,
 )
 
 
@@ -88,6 +88,62 @@ def test_finished_words_heard_with_confidence_end_after_the_confident_silence():
     assert turn("how much money is left", 0.9, meaning_300, meant=True) == (300, "meaning")
     off = EndpointerConfig(confident_silence_ms=600)
     assert turn("my card was stolen yesterday", 0.9, off) == (600, "finished")
+
+
+def test_finished_words_written_as_a_whole_sentence_end_after_the_sentence_silence():
+    """Finished words (or a request by meaning) whose latest result the recogniser ended with a
+    full stop or a question mark end the turn after sentence_end_silence_ms (250); unfinished
+    words so written still wait for the rest, and so do spoken digits (read out in groups);
+    words with no mark wait as before, and a mark
+    shortens nothing when the sentence silence is no shorter."""
+    def turn(text: str, mark: bool, config: EndpointerConfig | None = None, meant: bool = False,
+             confidence: float | None = None) -> tuple[float | None, str]:
+        ep = TurnEndpointer(lambda t: False, config or EndpointerConfig(), is_meant=lambda t: meant)
+        ep.on_speech_start(ms(0))
+        ep.on_speech_end(ms(1500), ms(1530))
+        assert ep.on_transcript(text, ms(1540), confidence, sentence_end=mark) is None
+        deadline = ep.next_deadline()
+        d = ep.poll(deadline) if deadline is not None else None
+        assert d is not None
+        return round((deadline - ms(1500)) * 1000), d.reason
+
+    assert turn("my card was stolen yesterday", True) == (250, "sentence")
+    assert turn("my card was stolen yesterday", False) == (600, "finished")
+    assert turn("my card was stolen yesterday", True, confidence=0.9) == (250, "sentence")
+    assert turn("how much money is left", True, meant=True) == (250, "sentence")
+    assert turn("i would like to", True) == (800, "continuation")
+    assert turn("checking account", True) == (800, "incomplete")
+    assert turn("it's two six four one", True) == (600, "finished")  # a number's first group
+    assert turn("my card was stolen yesterday", True, EndpointerConfig(sentence_end_silence_ms=600)) == (600, "finished")
+    assert not EndpointerConfig(sentence_end_silence_ms=600).uses_sentence_marks
+    assert EndpointerConfig().uses_sentence_marks
+
+
+def test_a_sentence_mark_is_a_full_stop_a_question_or_an_exclamation_mark_at_the_end():
+    for text in ("My card was stolen yesterday.", "can i speak to someone please?", "Thanks!", 'he said "bye."'):
+        assert ends_sentence(text), text
+    for text in ("my card was stolen yesterday", "I was wondering...", "I was wondering…", "well, i",
+                 "Mr. Smith is", "i want to set up,", ""):
+        assert not ends_sentence(text), text
+
+
+def test_the_sentence_mark_is_the_latest_results():
+    """The turn's words are written as a whole sentence when the latest result -- the open
+    utterance's interim, else the last final -- ends with a mark; the words themselves carry none."""
+    words = TranscriptAssembler()
+    assert not words.sentence_end
+    assert words.on_interim("I want to set up.") == "i want to set up"
+    assert words.sentence_end
+    assert words.on_interim("I want to set up direct") == "i want to set up direct"
+    assert not words.sentence_end
+    text, _ = words.on_final("I want to set up direct deposit.", confidence=0.8)
+    assert text == "i want to set up direct deposit" and words.sentence_end
+    words.on_interim("and")
+    assert not words.sentence_end
+    words.on_final("and a savings account", confidence=0.8)
+    assert not words.sentence_end
+    words.reset()
+    assert not words.sentence_end
 
 
 def test_transcript_arriving_after_the_silence_decides_at_once():

@@ -18,17 +18,21 @@ from tests.unit.test_recognizer_flush import FakeDecoder, LevelClassifier, silen
 class ScriptedTranscriber:
     """Says *text*; records the length of each audio it was given."""
 
-    def __init__(self, text: str = "my card was stolen yesterday", alternatives: tuple[str, ...] = ()) -> None:
+    def __init__(self, text: str = "my card was stolen yesterday", alternatives: tuple[str, ...] = (),
+                 sentence_end: float = 0.0, question: bool = False) -> None:
         self.text = text
         self.alternatives = alternatives
+        self.sentence_end = sentence_end
+        self.question = question
         self.calls: list[int] = []
         #: the readings asked for, per call
         self.asked: list[int] = []
 
-    def transcribe(self, pcm16k: bytes, alternatives: int = 1) -> Transcript:
+    def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False) -> Transcript:
         self.calls.append(len(pcm16k))
         self.asked.append(alternatives)
-        return Transcript(self.text, 0.8, self.alternatives[:alternatives - 1])
+        return Transcript(self.text, 0.8, self.alternatives[:alternatives - 1],
+                          sentence_end=self.sentence_end if sentence_end else None, question=self.question)
 
 
 @dataclass
@@ -111,7 +115,7 @@ def test_hint_words_the_decoder_settles_on_do_not_replace_what_whisper_heard_wit
     hints = Judge(frozenset("i would like to check my balance hours".split()))
     for confidence, want in ((0.8, "how late are you they're on friday"), (0.25, "i would like to")):
         whisper = ScriptedTranscriber("how late are you they're on friday")
-        whisper.transcribe = lambda pcm, alternatives=1, w=whisper, c=confidence: (  # type: ignore[method-assign]
+        whisper.transcribe = lambda pcm, alternatives=1, sentence_end=False, w=whisper, c=confidence: (  # type: ignore[method-assign]
             w.calls.append(len(pcm)) or Transcript(w.text, c, ()))
         decoder = OpenSpeechDecoder(ChangingDecoder("ah on to right", "i would like to"), whisper, hints)
         finals = [e for e in run(decoder, silence(200) + tone(600) + silence(500)) if isinstance(e, FinalHypothesis)]
@@ -146,6 +150,43 @@ def test_whispers_words_are_laid_over_the_speech_and_end_with_it() -> None:
     # The fake decoder's one word spans the utterance: Whisper's last word ends where it did.
     assert words[-1].end_ms == 200 + 600 + 300
     assert len(words[-1].word) > len(words[0].word) and words[-1].end_ms - words[-1].start_ms > words[0].end_ms - words[0].start_ms
+
+
+def test_asked_to_punctuate_whispers_words_end_with_a_mark_when_it_is_sure_of_the_sentences_end() -> None:
+    """With punctuation asked for, Whisper's words end with a full stop (or the question mark
+    it wrote) when its sentence-end probability is at least SENTENCE_END_MIN_PROBABILITY, in the
+    interim after the drop and in the final; not when it is less, not unless asked, and never on
+    the hint decoder's words. The final's word times carry no mark."""
+    from agent.speech.server.open_speech import SENTENCE_END_MIN_PROBABILITY as sure
+
+    def heard(punctuate: bool, sentence_end: float, question: bool = False, hints: str = "salad") -> tuple[str, str]:
+        whisper = ScriptedTranscriber(sentence_end=sentence_end, question=question)
+        decoder = OpenSpeechDecoder(WordsDecoder(hints), whisper, Judge(frozenset("check my balance".split())),
+                                    punctuate=punctuate)
+        events = run(decoder, silence(200) + tone(600) + silence(500))
+        final = next(e for e in events if isinstance(e, FinalHypothesis))
+        assert final.words and not final.words[-1].word.endswith((".", "?"))
+        return [e.transcript for e in events if isinstance(e, InterimHypothesis)][-1], final.transcript
+
+    said = "my card was stolen yesterday"
+    assert heard(True, sure) == (said + ".", said + ".")
+    assert heard(True, 0.97, question=True) == (said + "?", said + "?")
+    assert heard(True, sure - 0.01) == (said, said)
+    assert heard(False, 0.97) == (said, said)
+    assert heard(True, 0.97, hints="check my balance") == ("check my balance", "check my balance")
+
+
+def test_a_sentence_mark_stands_only_until_the_voice_goes_on() -> None:
+    """The mark made at a drop of the voice is not repeated in the interims once the caller goes
+    on ("I want to set up. | direct deposit"); the next checkpoint decides again."""
+    whisper = ScriptedTranscriber("i want to set up", sentence_end=0.9)
+    decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, None, punctuate=True)
+    events = run(decoder, silence(200) + tone(400) + silence(150) + tone(300) + silence(500))
+    interims = [e.transcript for e in events if isinstance(e, InterimHypothesis)]
+    marked = interims.index("i want to set up.")
+    assert "i want to set up" in interims[marked + 1:]  # the voice went on
+    assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == ["i want to set up."]
+    assert len(whisper.calls) == 2
 
 
 def test_whisper_saying_nothing_gives_no_final() -> None:
@@ -194,6 +235,26 @@ def test_the_bundled_model_hears_a_sentence_no_dialplan_has() -> None:
     heard = WhisperTranscriber().transcribe(bytes(16000) + pcm)
     assert {"card", "stolen", "yesterday"} <= set(heard.text.split()), heard
     assert 0.0 < heard.confidence <= 1.0
+
+
+def test_the_bundled_model_is_surer_of_a_sentences_end_than_of_a_pause_inside_it() -> None:
+    """Whisper's sentence-end probability (asked for) is higher after a whole sentence said with
+    its falling end than after its first words said alone on a telephone line; it is None unless
+    asked for."""
+    from agent.speech.server.whisper import WhisperTranscriber
+    from media import convert
+
+    whisper = WhisperTranscriber()
+
+    def line(text: str) -> bytes:
+        narrow = convert.resample(_flite_16k(text), 16000, 8000)
+        return bytes(16000) + convert.resample(convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(narrow)), 8000, 16000)
+
+    whole = whisper.transcribe(line("my card was stolen yesterday"), alternatives=4, sentence_end=True)
+    half = whisper.transcribe(line("i was wondering if"), alternatives=4, sentence_end=True)
+    assert whole.sentence_end is not None and half.sentence_end is not None
+    assert 0.0 <= half.sentence_end < whole.sentence_end <= 1.0, (half, whole)
+    assert whisper.transcribe(line("my card was stolen yesterday")).sentence_end is None
 
 
 def test_a_tone_is_not_speech() -> None:

@@ -62,6 +62,7 @@ class FakeSpeech:
         s = FakeStream(on_interim=on_interim, on_final=on_final, on_error=on_error, on_alternatives=on_alternatives)
         s.phrases = options.phrases
         s.max_alternatives = options.max_alternatives
+        s.punctuation = options.punctuation
         self.streams.append(s)
         return s
 
@@ -1257,6 +1258,41 @@ def test_an_out_of_scope_finished_sentence_gets_its_reprompt_after_the_finished_
     turn = h.session.turns[-1]
     assert turn.caller_text == "my card was stolen yesterday" and len(h.said()) > before
     assert turn.latency_ms is not None and latency_ms <= turn.latency_ms <= latency_ms + 30.0, turn.latency_ms
+
+
+@pytest.mark.parametrize("interim, latency_ms", [("My card was stolen yesterday.", 250.0),
+                                                 ("My card was stolen yesterday", 600.0),
+                                                 ("I would like to.", 800.0)])
+def test_a_finished_sentence_the_recogniser_wrote_as_one_gets_its_reply_after_the_sentence_silence(
+        interim: str, latency_ms: float) -> None:
+    """The stream asks the recogniser to punctuate. "My card was stolen yesterday." (its interim
+    ends with a full stop) gets its reprompt after sentence_end_silence_ms (250 ms), not the
+    finished sentence's 600; without the mark after 600; unfinished words with a mark still wait
+    for the rest (800). The turn's words carry no punctuation."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    assert h.speech.streams[-1].punctuation
+    before = len(h.said())
+    h.tick(40, caller=tone_frame())
+    h.asr_interim(interim)
+    h.tick(int(latency_ms / 10) - 5)
+    assert len(h.said()) == before
+    h.tick(10)
+    turn = h.session.turns[-1]
+    assert turn.caller_text == interim.lower().rstrip(".") and len(h.said()) > before
+    assert turn.latency_ms is not None and latency_ms <= turn.latency_ms <= latency_ms + 30.0, turn.latency_ms
+
+
+@pytest.mark.parametrize("settings", [SessionSettings(endpointer=EndpointerConfig(sentence_end_silence_ms=600)),
+                                      SessionSettings(punctuation=False)])
+def test_no_punctuation_is_asked_for_when_a_sentence_mark_would_shorten_nothing_or_is_not_wanted(settings):
+    """A sentence silence no shorter than the finished sentence's, or speech.punctuation off (or
+    auto with hosted regions), and the stream is not asked to punctuate."""
+    h = Harness()
+    session = CallSession("c2", h.dialogue, h.speech, h.control, h.reactor, prompts=Prompts(), settings=settings)
+    session.start()
+    assert not h.speech.streams[-1].punctuation
 
 
 def test_the_dialogue_is_given_the_recognisers_confidence_in_a_final_turn():

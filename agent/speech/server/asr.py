@@ -39,6 +39,9 @@ class RecognitionSettings:
     phrases: tuple[str, ...] = ()
     #: readings per result (``max_alternatives``; only Whisper's words have more than one)
     max_alternatives: int = 1
+    #: punctuate (``enable_automatic_punctuation``): only Whisper's words get a mark, a sentence's
+    #: end when Whisper is sure of it (agent.speech.server.open_speech)
+    punctuation: bool = False
 
 
 def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_results: bool,
@@ -75,6 +78,7 @@ def parse_recognition_config(config: riva_asr_pb2.RecognitionConfig, *, interim_
         phrases=phrases,
         # 0 means 1, as in Riva; more than MAX_ALTERNATIVES are not searched for
         max_alternatives=min(MAX_ALTERNATIVES, max(1, config.max_alternatives)),
+        punctuation=config.enable_automatic_punctuation,
     )
 
 

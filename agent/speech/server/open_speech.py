@@ -31,10 +31,16 @@ _STEP_BYTES = 320
 #: (ops/bench/asr-wer, docs/speech.md "Whisper's words over the hints'"): 0.3-0.5 keep the gain
 #: on open speech; 0.5 also keeps the hint decoder's in-domain words and backchannels as before.
 WHISPER_OVER_HINTS_MIN_CONFIDENCE = 0.5
+#: with punctuation asked for, Whisper's words end with a full stop (or the question mark it
+#: wrote) when its probability of a sentence mark right after the last word is at least this;
+#: no mark otherwise (at the voice's drops on the dev half: a median of about 0.6 at
+#: sentences' ends, 0.3 at gaps inside them). Chosen on the evaluation corpus's dev half with
+#: the endpointer's rule (docs/latency.md, "Written as a whole sentence")
+SENTENCE_END_MIN_PROBABILITY = 0.4
 
 
 class Transcriber(Protocol):
-    def transcribe(self, pcm16k: bytes, alternatives: int = 1) -> Transcript: ...
+    def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False) -> Transcript: ...
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,11 @@ class OpenSpeechDecoder:
     """*decoder*'s words when *judge* accepts them, else *transcriber*'s (see the module)."""
 
     def __init__(self, decoder: Any, transcriber: Transcriber, judge: PhraseJudge | None = None,
-                 alternatives: int = 1) -> None:
+                 alternatives: int = 1, punctuate: bool = False) -> None:
         self.decoder = decoder
+        #: end Whisper's words with a sentence mark when it is sure of it (Riva
+        #: ``enable_automatic_punctuation``; the phrase-hint decoder's words have none)
+        self._punctuate = punctuate
         self._transcriber = transcriber
         self._judge = judge
         #: readings Whisper is asked for (Riva ``max_alternatives``): 1, or a beam search's best
@@ -66,6 +75,8 @@ class OpenSpeechDecoder:
         self._final = False
         #: Whisper's words at the last checkpoint
         self._whisper: Transcript | None = None
+        #: voice came after them: their sentence mark no longer holds
+        self._voice_since = False
         #: Whisper's words at the last checkpoint do not read as the hints, within an utterance
         #: and at its end (the judge counts the end of sentence there); judged once per run
         self._whisper_off_hints = (False, False)
@@ -81,8 +92,13 @@ class OpenSpeechDecoder:
         self._frames = 0
         self._final = False
         self._whisper = None
+        self._voice_since = False
         self._whisper_off_hints = (False, False)
         self._accepted = None
+
+    def on_voice(self) -> None:
+        """The caller's voice goes on (after the last checkpoint's words, if any)."""
+        self._voice_since = True
 
     def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None:
         self.decoder.process_raw(audio, no_search, full_utt)
@@ -109,7 +125,17 @@ class OpenSpeechDecoder:
     def hyp(self) -> Any:
         if self._uses_decoder() or self._whisper is None:
             return self.decoder.hyp()
-        return _Hyp(self._whisper.text, self._whisper.confidence) if self._whisper.text else None
+        w = self._whisper
+        if not w.text:
+            return None
+        return _Hyp(w.text + self._mark(w), w.confidence)
+
+    def _mark(self, w: Transcript) -> str:
+        """The sentence mark that ends *w*'s words, if any."""
+        if (not self._punctuate or self._voice_since or w.sentence_end is None
+                or w.sentence_end < SENTENCE_END_MIN_PROBABILITY):
+            return ""  # (voice since: the words go on, Whisper will hear them at the next checkpoint)
+        return "?" if w.question else "."
 
     @property
     def alternatives(self) -> tuple[str, ...]:
@@ -144,7 +170,9 @@ class OpenSpeechDecoder:
         return self._whisper_off_hints[self._final]
 
     def _run_whisper(self) -> None:
-        w = self._whisper = self._transcriber.transcribe(bytes(self._audio), self._n_alternatives)
+        w = self._whisper = self._transcriber.transcribe(bytes(self._audio), self._n_alternatives,
+                                                         sentence_end=self._punctuate)
+        self._voice_since = False
         self.whisper_runs += 1
         heard = w.text.split() if w.confidence >= WHISPER_OVER_HINTS_MIN_CONFIDENCE else []
         judge = self._judge

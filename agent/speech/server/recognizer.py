@@ -171,6 +171,8 @@ class UtteranceRecognizer:
         self._decoder = decoder
         #: a decoder with a second opinion (agent.speech.server.open_speech) makes it here
         self._checkpoint: Callable[[], None] | None = getattr(decoder, "checkpoint", None)
+        #: ... and is told of voice after it (its sentence mark was made before that voice)
+        self._on_voice: Callable[[], None] | None = getattr(decoder, "on_voice", None)
         self._endpointer = UtteranceEndpointer(params)
         self._classifier = classifier or VoicedFrameClassifier()
         self._interim_results = interim_results
@@ -245,6 +247,8 @@ class UtteranceRecognizer:
             if step_voiced:
                 self._utterance_voice_ms += STEP_MS
                 self._pad_debt_ms = 0
+                if self._on_voice is not None:
+                    self._on_voice()
             if self._pad_debt_ms > 0:
                 # The quiet went on: the padding stood in for this step, which is not decoded.
                 self._pad_debt_ms -= STEP_MS

@@ -65,7 +65,8 @@ class LocalRecognitionSession:
         if mode == "whisper":
             assert hints is not None
             judge = self._hint_pool.judge if self._hint_pool is not None and self._hint_decoder is not None else None
-            recognised = OpenSpeechDecoder(recognised, hints.transcriber(), judge, settings.max_alternatives)
+            recognised = OpenSpeechDecoder(recognised, hints.transcriber(), judge, settings.max_alternatives,
+                                           punctuate=settings.punctuation)
         self._recognizer = UtteranceRecognizer(
             recognised,
             settings.endpointing,
