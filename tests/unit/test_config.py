@@ -84,16 +84,20 @@ def test_jitter_buffer_is_capped_at_40_ms_unless_configured(tmp_path):
     assert load_config(str(p)).media.jb_max_ms == -1
 
 
-def test_finished_sentence_silence_is_configurable_and_must_be_positive(tmp_path):
-    """endpointing.finished_silence_ms (600 by default) is read from the config; 0 is refused at its line."""
-    assert load_config(None).endpointing.finished_silence_ms == 600
+@pytest.mark.parametrize("key, default, bad", [("finished_silence_ms", 600, 0),
+                                               ("sentence_end_silence_ms", 250, -5)])
+def test_a_turns_silence_is_configurable_and_checked_at_its_line(tmp_path, key, default, bad):
+    """endpointing.finished_silence_ms (600) and sentence_end_silence_ms (250; the endpointer's
+    defaults too) are read from the config; a value under 1 is refused at its line."""
+    from agent.call.endpointer import EndpointerConfig
+    assert getattr(load_config(None).endpointing, key) == getattr(EndpointerConfig, key) == default
     p = tmp_path / "c.yaml"
-    p.write_text("endpointing:\n  finished_silence_ms: 450\n")
-    assert load_config(str(p)).endpointing.finished_silence_ms == 450
-    p.write_text("endpointing:\n  finished_silence_ms: 0\n")
+    p.write_text(f"endpointing:\n  {key}: 450\n")
+    assert getattr(load_config(str(p)).endpointing, key) == 450
+    p.write_text(f"endpointing:\n  {key}: {bad}\n")
     with pytest.raises(ConfigError) as e:
         load_config(str(p))
-    assert str(e.value).startswith(f"{p}:2:24: config.endpointing.finished_silence_ms")
+    assert str(e.value).startswith(f"{p}:2:{len(key) + 5}: config.endpointing.{key}")
 
 
 def test_confident_silence_is_configurable_and_its_confidence_is_a_fraction(tmp_path):
@@ -115,20 +119,6 @@ def test_confident_silence_is_configurable_and_its_confidence_is_a_fraction(tmp_
         load_config(str(p))
     assert str(e.value).startswith(f"{p}:2:29: config.endpointing.confident_min_confidence")
     assert "expected a number from 0 to 1" in str(e.value)
-
-
-def test_the_sentence_silence_is_configurable_and_checked_at_its_line(tmp_path):
-    """endpointing.sentence_end_silence_ms (the default the endpointer's) is read from the config;
-    a negative one is refused at its line."""
-    from agent.call.endpointer import EndpointerConfig
-    assert load_config(None).endpointing.sentence_end_silence_ms == EndpointerConfig.sentence_end_silence_ms
-    p = tmp_path / "c.yaml"
-    p.write_text("endpointing:\n  sentence_end_silence_ms: 600\n")
-    assert load_config(str(p)).endpointing.sentence_end_silence_ms == 600
-    p.write_text("endpointing:\n  sentence_end_silence_ms: -5\n")
-    with pytest.raises(ConfigError) as e:
-        load_config(str(p))
-    assert str(e.value).startswith(f"{p}:2:28: config.endpointing.sentence_end_silence_ms")
 
 
 def test_punctuation_is_asked_of_the_embedded_server_unless_configured(tmp_path):
