@@ -36,7 +36,7 @@ WHISPER_OVER_HINTS_MIN_CONFIDENCE = 0.5
 #: no mark otherwise (at the voice's drops on the dev half: a median of about 0.6 at
 #: sentences' ends, 0.3 at gaps inside them). Chosen on the evaluation corpus's dev half with
 #: the endpointer's rule (docs/latency.md, "Written as a whole sentence")
-SENTENCE_END_MIN_PROBABILITY = 0.4
+SENTENCE_END_MIN_PROBABILITY = 0.5
 
 
 class Transcriber(Protocol):
