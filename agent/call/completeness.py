@@ -96,12 +96,6 @@ CLOSED_ANSWERS = frozenset({
 _ANSWER_OPENERS = frozenset("yes yeah yep yup no nope nah okay ok well so um uh".split())
 _DIGIT_WORDS = frozenset("zero oh one two three four five six seven eight nine".split())
 
-
-def ends_in_digits(text: str) -> bool:
-    """Do the words end with a spoken digit ("it's two six four one")? Callers read numbers out
-    in groups, with a pause between them that the voice cannot tell from an end."""
-    ws = turn_words(text)
-    return bool(ws) and ws[-1] in _DIGIT_WORDS
 #: words after which a clause has its verb ("my card was stolen"): auxiliaries, and common
 #: verbs in any form ("-ed", "-ing" and "-s" forms are also taken as verbs after a subject)
 COMMON_VERBS = frozenset("""
@@ -129,6 +123,13 @@ _BEFORE_A_PRONOUN = PREPOSITIONS | (COMMON_VERBS - AUXILIARIES)
 def turn_words(text: str) -> list[str]:
     """The lower-case words of *text* (apostrophes kept: "i'd", "that's")."""
     return _WORD.findall(text.lower().replace("’", "'"))
+
+
+def ends_in_digits(text: str) -> bool:
+    """Do the words end with a spoken digit ("it's two six four one")? Callers read numbers out
+    in groups, with a pause between them that the voice cannot tell from an end."""
+    ws = turn_words(text)
+    return bool(ws) and ws[-1] in _DIGIT_WORDS
 
 
 #: a yes or a no in one word: a whole answer, and as often the start of a longer one ("yeah,

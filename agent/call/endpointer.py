@@ -49,14 +49,16 @@ def is_backchannel(text: str) -> bool:
     return w == "" or w in BACKCHANNELS or all(x in BACKCHANNELS for x in w.split())
 
 
-_SENTENCE_END = re.compile(r"[.?!][\"')\]]*\s*$")
+#: a full stop, question or exclamation mark at the end, closing quotes and brackets aside; not
+#: the last dot of an ellipsis
+_SENTENCE_END = re.compile(r"(?<!\.)[.?!][\"')\]]*\s*$")
 
 
 def ends_sentence(text: str) -> bool:
     """Does a recogniser's transcript end with a sentence's full stop, question or exclamation
     mark ("Can I speak to someone, please?"), not a comma or an ellipsis ("I was wondering...")?
     Recognisers punctuate only when asked (Riva ``enable_automatic_punctuation``)."""
-    return bool(_SENTENCE_END.search(text)) and not text.rstrip().rstrip("\"')]").endswith("..")
+    return _SENTENCE_END.search(text) is not None
 
 
 def is_thinking_aloud(text: str) -> bool:

@@ -223,7 +223,8 @@ class WhisperTranscriber:
         if last < 0:
             return 0.0, False
         words = ids[: last + 1]
-        if len(self._words(words).split()) != len(normalise(self._tokenizer.decode(words)).split()):
+        said = normalise(self._tokenizer.decode(words)).split()
+        if len(cut_repeat(said)) != len(said):
             return 0.0, False
         mark = ids[last + 1] if last + 1 < len(ids) and ids[last + 1] in self._marks else self._full_stop
         aligned = self._model.align(encoded, self._prompt, [words + [mark]], frames)[0]
