@@ -84,7 +84,7 @@ _MONTHS["sept"] = 9
 _WEEKDAYS = {name: i for i, name in enumerate(WEEKDAYS)}
 
 _YES = frozenset(
-    "yes yeah yep yup yea ya sure correct right affirmative absolutely definitely ok okay "
+    "yes yeah yep yup yea ya sure correct right alright affirmative absolutely definitely ok okay "
     "certainly indeed exactly confirm confirmed".split()
 )
 _NO = frozenset("no nope nah negative incorrect wrong not cancel never".split())
@@ -189,8 +189,10 @@ def parse_yes_no(text: str) -> str | None:
 
 
 _BARE_ANSWER_WORDS = frozenset("please thanks thank you um uh oh well all i do would that thats is it go ahead "
-                               "of course sir maam".split())
-"""Words a plain yes comes with ("all right", "yes I do", "yes please, go ahead")."""
+                               "of course sir maam then great good fine perfect cool lovely sounds wonderful "
+                               "excellent brilliant awesome".split())
+"""Words a plain yes comes with ("all right", "yes I do", "yes please, go ahead", "okay great",
+"yeah, sounds good", "alright then")."""
 
 
 def is_bare_yes(text: str) -> bool:

@@ -251,6 +251,7 @@ def test_a_yes_word_in_an_unclear_sentence_does_not_accept_the_offer() -> None:
     for reply, confidence, transfers in [
         ("i want yes i can have a better thing", 0.35, False),
         ("yeah sure", 0.35, True),
+        ("ok great", 0.35, True),
         ("yes i would like that", 0.9, True),
     ]:
         session = call()

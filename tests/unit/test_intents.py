@@ -278,7 +278,7 @@ def test_parse_number_reads_number_words(text: str, number: int | None) -> None:
 @pytest.mark.parametrize(
     ("text", "answer"),
     [("yes please", "yes"), ("yeah", "yes"), ("that's correct", "yes"), ("no thanks", "no"),
-     ("that is not right", "no"), ("maybe", None)],
+     ("that is not right", "no"), ("maybe", None), ("alright then", "yes")],
 )
 def test_parse_yes_no_lets_negation_win(text: str, answer: str | None) -> None:
     """Yes words mean yes unless a negation is present."""
@@ -288,7 +288,9 @@ def test_parse_yes_no_lets_negation_win(text: str, answer: str | None) -> None:
 @pytest.mark.parametrize(
     ("text", "bare"),
     [("yes", True), ("yeah sure", True), ("all right", True), ("yes I do", True), ("okay, go ahead please", True),
-     ("I want- yes, I had another thing", False), ("yes but not now", False), ("maybe", False), ("please", False)],
+     ("okay great", True), ("yeah, sounds good", True), ("alright then", True), ("sure, that's fine", True),
+     ("I want- yes, I had another thing", False), ("yes but not now", False), ("maybe", False), ("please", False),
+     ("great", False), ("okay great, and what about my balance", False)],
 )
 def test_a_bare_yes_is_a_yes_and_nothing_else(text: str, bare: bool) -> None:
     """A yes with only the words a plain yes comes with, not a yes word inside another sentence."""
