@@ -561,6 +561,24 @@ def format_conditions(table: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def transfer_of(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A transferred call's id, the words the transfer was decided on, and whether the caller
+    (the schedule's scripted yes) confirmed it: the dialogue asked "put you through?" on those
+    words and heard yes."""
+    last, heard, confirmed = "", "", False
+    for entry in record.get("dialogue") or []:
+        kind, text = entry.get("kind"), entry.get("text") or ""
+        if kind == "transcript":
+            last = text
+        elif kind == "question" and text == "transfer":
+            heard, confirmed = last, False
+        elif kind == "answer":
+            confirmed = text == "yes"
+        elif kind == "transfer":
+            return {"call_id": record.get("call_id"), "heard": heard if confirmed else last, "confirmed": confirmed}
+    return {"call_id": record.get("call_id"), "heard": last, "confirmed": False}
+
+
 def rows_of_call(steps: Sequence[EvalStep], outcomes: Sequence[ItemOutcome], record: Mapping[str, Any],
                  cut_in_in_gap: Mapping[int, bool], calls: int) -> list[ItemRow]:
     """One call's items: each step with its outcome on the wire (by item index), the transcript
