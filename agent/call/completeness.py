@@ -187,6 +187,8 @@ def _ends_unfinished(ws: list[str]) -> bool:
         return False
     if last in _OBJECT_FRONTED_VERBS and before in SUBJECT_PRONOUNS | {"you"} and _FRONTED & set(ws[:-2]):
         return False  # "how much i have", "what you did": the object came first
+    if last == "no" and (before in FILLERS or before in BARE_ANSWERS):
+        return False  # "... i'm alright, um, no", "no no": an answer word, not the determiner of "i have no"
     if last in DETERMINERS | PREPOSITIONS | CONJUNCTIONS | AUXILIARIES | SUBJECT_PRONOUNS | QUESTION_WORDS:
         # "that's it", "i think so", a tag like "is it" end a sentence on a function word
         return not (before in ("that's", "is", "was", "do", "did", "have") and last in ("it", "that", "this"))

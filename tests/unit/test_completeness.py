@@ -9,7 +9,7 @@ UNFINISHED = [
     "that was", "I don't", "um, I need to know", "put me through", "hi there", "bye that i'd will", "no um",
     # the rules for a fronted object, an ellipsis or a pronoun "this" must not finish these
     "I wonder if you can", "what I can", "I'd like to speak to", "I'd like to speak with",
-    "I want to write a", "I'm being", "I'm going to", "okay um", "uh huh and",
+    "I want to write a", "I'm being", "I'm going to", "okay um", "uh huh and", "there is no", "I have no",
 ]
 COMPLETE = [
     "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
@@ -24,6 +24,8 @@ COMPLETE = [
     "can i get a cashier's check", "i've heard enough i'm going", "that covers it", "farewell", "yep one more",
     # acknowledgements alone are a whole turn (an answer to a question, or nothing the ask takes)
     "uh huh", "mm hmm", "mm-hmm", "oh okay", "right right", "uh, i see",
+    # "no" as an answer word, not a determiner
+    "no i'm all right um no", "no no",
 ]
 UNDECIDED = ["my card", "my balance", "checking account", ""]
 
