@@ -206,3 +206,21 @@ def test_false_stops_are_the_holes_the_server_made_in_its_prompt():
     assert a["false_stops_wire"] == [1, 3]
     old = [r for s, o in zip(steps[:2], outs[:2]) for r in ec.rows_of_call([s], [o], {}, {}, calls=1)]
     assert ec.summarise_conditions(old)["all"]["false_stops"] == [1, 2]   # no pauses kept: the wire decides
+
+
+def test_a_transfer_is_read_from_the_call_record_with_its_words_and_its_confirmation():
+    """The bench lists each transfer (all unasked: its schedule asks for no person) with the words
+    the question was asked on and whether the scripted yes confirmed it; a transfer with no
+    question before it is unconfirmed."""
+    def entry(kind: str, text: str) -> dict[str, object]:
+        return {"kind": kind, "text": text}
+
+    asked = {"call_id": "c1", "dialogue": [
+        entry("transcript", "what are your hours"), entry("intent", "hours"),
+        entry("transcript", "talk to"), entry("question", "transfer"),
+        entry("transcript", "ok great"), entry("answer", "yes"), entry("transfer", "sip:agents@x")]}
+    assert ec.transfer_of(asked) == {"call_id": "c1", "heard": "talk to", "confirmed": True}
+    declined_then_direct = {"call_id": "c2", "dialogue": [
+        entry("transcript", "talk to"), entry("question", "transfer"), entry("transcript", "no"),
+        entry("answer", "no"), entry("transcript", "agent"), entry("transfer", "sip:agents@x")]}
+    assert ec.transfer_of(declined_then_direct) == {"call_id": "c2", "heard": "agent", "confirmed": False}
