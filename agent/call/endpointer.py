@@ -511,6 +511,7 @@ class TranscriptAssembler:
         self._finals, self._consumed = list(finals), list(consumed)
         self._interim_readings = self._final_readings = ()  # not kept in a snapshot either
         self._confidences = [None] * len(self._finals)  # not kept in a snapshot: unknown again
+        self._interim_ends_sentence = self._final_ends_sentence = False  # unknown: no sooner end
 
     def reset(self) -> None:
         """Forget the turn's words (not that the recogniser's open utterance was set aside: its
@@ -518,6 +519,7 @@ class TranscriptAssembler:
         self._finals, self._interim, self._consumed, self._taken = [], "", [], False
         self._confidences = []
         self._interim_readings = self._final_readings = ()
+        self._interim_ends_sentence = self._final_ends_sentence = False
 
     def _move_interim(self) -> None:
         self._consumed = self._consumed + words(self._interim)

@@ -146,6 +146,20 @@ def test_the_sentence_mark_is_the_latest_results():
     assert not words.sentence_end
 
 
+def test_a_restored_turn_has_no_sentence_mark_until_the_recogniser_writes_one_again():
+    """Undoing a premature consume brings back the words but not the mark of a result that came
+    after them (unknown, like their confidence): the turn waits its usual silence."""
+    words = TranscriptAssembler()
+    words.on_final("I want to set up", confidence=0.8)
+    before = words.snapshot()
+    words.on_final("direct deposit.", confidence=0.8)
+    assert words.sentence_end
+    words.restore(before)
+    assert words.text == "i want to set up" and not words.sentence_end
+    words.on_final("direct deposit.", confidence=0.8)
+    assert words.sentence_end
+
+
 def test_transcript_arriving_after_the_silence_decides_at_once():
     """When the words that complete the request arrive late, the turn ends on their arrival."""
     ep = make()

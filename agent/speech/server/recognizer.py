@@ -173,6 +173,8 @@ class UtteranceRecognizer:
         self._checkpoint: Callable[[], None] | None = getattr(decoder, "checkpoint", None)
         #: ... and is told of voice after it (its sentence mark was made before that voice)
         self._on_voice: Callable[[], None] | None = getattr(decoder, "on_voice", None)
+        #: a checkpoint was made and no voice has come since (told once, not every voiced step)
+        self._checkpoint_unvoiced = False
         self._endpointer = UtteranceEndpointer(params)
         self._classifier = classifier or VoicedFrameClassifier()
         self._interim_results = interim_results
@@ -247,7 +249,9 @@ class UtteranceRecognizer:
             if step_voiced:
                 self._utterance_voice_ms += STEP_MS
                 self._pad_debt_ms = 0
-                if self._on_voice is not None:
+                if self._checkpoint_unvoiced:
+                    self._checkpoint_unvoiced = False
+                    assert self._on_voice is not None
                     self._on_voice()
             if self._pad_debt_ms > 0:
                 # The quiet went on: the padding stood in for this step, which is not decoded.
@@ -312,6 +316,7 @@ class UtteranceRecognizer:
         self._pad_debt_ms = FLUSH_PAD_MS
         if self._checkpoint is not None:
             self._checkpoint()
+            self._checkpoint_unvoiced = self._on_voice is not None
 
     def _decode(self, audio: bytes, padding: bool = False) -> None:
         """Feed the decoder *audio* (whole 10 ms frames): the utterance's next audio, or
@@ -333,6 +338,7 @@ class UtteranceRecognizer:
         self._audio_frames = 0
         self._utterance_voice_ms = 0.0
         self._pad_debt_ms = 0
+        self._checkpoint_unvoiced = False
         self._last_interim = ""
         for buffered in self._preroll:
             self._decode(buffered)
