@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 #: 64*T1: how long a 2xx may wait for its ACK
 ACK_TIMEOUT_S = 32.0
+#: the status pjsua ends a call with when its own wait for the ACK ran out (it sends the BYE itself)
+ACK_TIMEOUT_STATUS = 408
 
 
 class CallLifecycle:
@@ -25,6 +27,8 @@ class CallLifecycle:
         self.outbound = outbound
         self.ack_timeout_s = ack_timeout_s
         self.on_ack_timeout = on_ack_timeout
+        #: the agent's reason for a hangup when the ACK never came
+        self.ack_timeout_reason = f"timeout: no ACK for the 200 in {ack_timeout_s:.0f} s"
         self.answered = False
         self.confirmed = False
         self.ended = False
@@ -33,6 +37,9 @@ class CallLifecycle:
         self.hangup_reason = ""
         #: the call ended after a 2xx that was never acknowledged, and not because the agent hung up
         self.ended_without_ack = False
+        #: the SIP stack's own 64*T1 timer ended the call before the agent's (same wait, same BYE):
+        #: it is the agent's ACK-timeout hangup all the same
+        self.ack_timed_out_in_stack = False
         self._ack_timer: Any = None
 
     @property
@@ -76,11 +83,18 @@ class CallLifecycle:
             return "BYE"
         return "CANCEL" if self.outbound else "response"
 
-    def on_ended(self) -> bool:
-        """pjsua says DISCONNECTED, or the call was found gone: True exactly once."""
+    def on_ended(self, status: int = 0) -> bool:
+        """pjsua says DISCONNECTED (with its last *status*), or the call was found gone: True exactly once.
+
+        An answered inbound call that ends with 408 before its ACK timed out in pjsua, whose timer
+        runs alongside the agent's and may fire first: recorded as the agent's ACK-timeout hangup."""
         if self.ended:
             return False
         self.ended = True
+        if (status == ACK_TIMEOUT_STATUS and self.answered and not self.confirmed and not self.outbound
+                and not self.hangup_reason and self.on_ack_timeout is not None):
+            self.hangup_reason = self.ack_timeout_reason
+            self.ack_timed_out_in_stack = True
         self.ended_without_ack = self.answered and not self.confirmed and not self.hangup_reason
         self._cancel_timer()
         return True

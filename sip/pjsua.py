@@ -166,8 +166,7 @@ class SipCall:
         self._source: FrameSource | None = None
         #: answered, confirmed, ended: in whatever order pjsua reports them (sip/lifecycle.py)
         self.life = CallLifecycle(stack._reactor, outbound=request is None,
-                                  on_ack_timeout=lambda: self.hangup(
-                                      why=f"timeout: no ACK for the 200 in {self.life.ack_timeout_s:.0f} s"))
+                                  on_ack_timeout=lambda: self.hangup(why=self.life.ack_timeout_reason))
         self._final_stats: dict[str, int] = {}
         self.sip_call_id = request.call_id if request else ""
         self.codec = ""
@@ -276,10 +275,7 @@ class SipCall:
             return
         if what == "response":
             what = f"{status or 603} response"
-        log.info("call {call_id} hanging up ({what}): {why}", call_id=self.sip_call_id, what=what,
-                 why=self.hangup_reason)
-        if self._stack.on_hangup is not None:
-            _safe(self._stack.on_hangup, what, self.hangup_reason)
+        self._note_hangup(what)
         prm = pj.CallOpParam(True)
         if status:
             prm.statusCode = status
@@ -289,6 +285,12 @@ class SipCall:
             self._pj.hangup(prm)
         except pj.Error as e:
             log.warn("call {call_id} hangup failed: {err}", err=e.info(), call_id=self.sip_call_id)
+
+    def _note_hangup(self, what: str) -> None:
+        log.info("call {call_id} hanging up ({what}): {why}", call_id=self.sip_call_id, what=what,
+                 why=self.hangup_reason)
+        if self._stack.on_hangup is not None:
+            _safe(self._stack.on_hangup, what, self.hangup_reason)
 
     def transfer(self, target_uri: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
         """Blind transfer with REFER; progress arrives at ``on_transfer_status``."""
@@ -369,9 +371,11 @@ class SipCall:
 
     def _end(self, code: int, reason: str) -> None:
         """The call is over (pjsua said so, or the reconciler found it gone): exactly once."""
-        if not self.life.on_ended():
+        if not self.life.on_ended(code):
             return
-        if self.life.ended_without_ack:
+        if self.life.ack_timed_out_in_stack:  # pjsua's BYE went out: the agent's hangup, logged and counted as one
+            self._note_hangup("BYE")
+        elif self.life.ended_without_ack:
             log.warn("call {call_id} ended without an ACK for the 200 ({code} {reason})",
                      call_id=self.sip_call_id, code=code, reason=reason)
         self._release_media()

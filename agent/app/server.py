@@ -614,6 +614,7 @@ class AgentServer:
         if self.worker_id is not None:
             record["worker"] = self.worker_id
         self._write_record(record)
+        self.journals.call_recorded(session.call_id)
         if self.draining or self.ending_calls:
             self.reactor.callLater(0, self._check_idle)
 
@@ -640,12 +641,6 @@ class AgentServer:
             record["sip"] = {"transport": call.transport, "srtp": call.srtp}
         self.metrics.playout_underruns.inc(session.playout.underruns)
         return record
-        if self.worker_id is not None:
-            record["worker"] = self.worker_id
-        self._write_record(record)
-        self.journals.call_recorded(session.call_id)
-        if self.draining or self.ending_calls:
-            self.reactor.callLater(0, self._check_idle)
 
     def _write_record(self, record: dict[str, Any]) -> None:
         line = json.dumps(redact_value(record), sort_keys=True)

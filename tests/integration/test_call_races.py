@@ -56,9 +56,11 @@ class Target:
     """One server process or a node of workers, as these tests see it."""
 
     def __init__(self, sip_target: str, metrics: Any, records: Any, log: Any, capacity: int,
-                 rate: int = 50) -> None:
+                 rate: int = 50, journal_root: str = "") -> None:
         self.sip_target, self.metrics, self.records, self.log, self.capacity = (
             sip_target, metrics, records, log, capacity)
+        #: where the running calls' journals are (each goes once its call's record is written)
+        self.journal_root = journal_root
         #: calls per second SIPp starts (Kamailio's flood limit blocks more than 100 requests in 2 s)
         self.rate = rate
 
@@ -79,6 +81,14 @@ class Target:
             assert refused == 0, f"{refused} calls refused although every slot should be free"
         # caller-soak.xml accepts a 503 too (ACKs it): a call refused has no record
         assert len([r for r in self.records() if str(r["call_id"]).startswith(f"{tag}-")]) == self.capacity
+        self.assert_no_journal_left()
+
+    def journals(self) -> list[str]:
+        return [name for _folder, _dirs, names in os.walk(self.journal_root) for name in names]
+
+    def assert_no_journal_left(self) -> None:
+        """Every call so far has its record, so no journal is left (a restart would take one for a crash)."""
+        wait_until(lambda: not self.journals(), 10.0, f"no call journal left in {self.journal_root}", self.log)
 
 
 def _single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
@@ -87,7 +97,8 @@ def _single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     with open(config, "w") as f:
         f.write("sip:\n  reconcile_interval_ms: 500\n")
     agent = start_agent(tmp, "--config", config)
-    yield Target(f"127.0.0.1:{agent.sip_port}", agent.metrics, agent.records, agent.log, 4)
+    yield Target(f"127.0.0.1:{agent.sip_port}", agent.metrics, agent.records, agent.log, 4,
+                 journal_root=agent.records_path + ".journal")
     assert stop_agent(agent) == 0
     assert "Traceback" not in agent.log(), agent.log()[-4000:]
 
@@ -105,7 +116,8 @@ def _workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     def records() -> list[dict[str, Any]]:
         return node.records(0) + node.records(1) if os.path.isdir(node.records_dir) else []
 
-    yield Target(node.target, node.metrics, records, node.log, 8, rate=8)
+    yield Target(node.target, node.metrics, records, node.log, 8, rate=8,
+                 journal_root=os.path.join(node.records_dir, "journal"))
     stop_node(node)
     assert "Traceback" not in node.log(), node.log()[-4000:]
 

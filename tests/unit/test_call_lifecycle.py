@@ -107,6 +107,26 @@ def test_a_bye_before_the_ack_is_told_apart_from_an_agent_hangup() -> None:
     assert not agent.life.ended_without_ack and agent.byes == ["BYE"]
 
 
+def test_the_sip_stacks_own_ack_timeout_is_the_agents_timeout_hangup() -> None:
+    """pjsua waits the same 64*T1 and may end the call (408, its own BYE) before the agent's timer:
+    the end carries the agent's timeout reason, the timer is gone, and it is not a caller's end. A 408
+    after an ACK, or on a call the agent already hung up, keeps its own account."""
+    t = Trace(("answer", "media"))
+    t.clock.advance(ACK_TIMEOUT_S - 0.01)
+    assert t.life.on_ended(408)
+    assert t.life.ack_timed_out_in_stack and not t.life.ended_without_ack
+    assert t.life.hangup_reason == "timeout: no ACK for the 200 in 32 s" == t.life.ack_timeout_reason
+    t.clock.advance(1.0)
+    assert t.timeouts == 0 and t.byes == []
+    for order in (("answer", "ack"), ("answer", "agent_hangup")):
+        other = Trace(order)
+        assert other.life.on_ended(408)
+        assert not other.life.ack_timed_out_in_stack
+        assert other.life.hangup_reason in ("", "dialplan: done")
+    caller = Trace(("answer",))
+    assert caller.life.on_ended(200) and caller.life.ended_without_ack and not caller.life.hangup_reason
+
+
 def test_an_error_response_does_not_wait_for_an_ack_and_an_outbound_leg_cancels() -> None:
     """A 488/500 answer starts no ACK timer; hanging up an unanswered outbound leg sends CANCEL."""
     clock = Clock()
