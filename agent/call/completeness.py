@@ -9,8 +9,8 @@ expects): it looks at how the words end and whether a clause is there at all.
   an opener that announces the request ("I was wondering if", "could you"), a greeting alone
   ("hi there") or a question word with no verb yet ("what days").
 * :attr:`Completeness.COMPLETE`: a clause with a verb that ends on a content word ("can I get
-  someone on the line", "my card was stolen yesterday"), or a closed short answer ("no",
-  "that's all", "goodbye", "yes please").
+  someone on the line", "my card was stolen yesterday"), a closed short answer ("no",
+  "that's all", "goodbye", "yes please"), or words that end on a goodbye ("thanks so much, bye").
 * :attr:`Completeness.UNDECIDED`: anything else, typically a noun phrase ("my balance",
   "checking account") that may be a whole answer or the start of one ("my card | was stolen").
 """
@@ -132,6 +132,20 @@ def ends_in_digits(text: str) -> bool:
     return bool(ws) and ws[-1] in _DIGIT_WORDS
 
 
+#: a final "by" after these is a goodbye the recogniser wrote as "by" ("another time, by", "thanks by")
+BEFORE_A_FINAL_BYE = frozenset("thanks you time day later now then okay ok alright right bye cheers soon care "
+                               "great good all much here there".split())
+#: ... and after these a particle ("come by", "stand by"): neither waits for an object
+_BEFORE_A_PARTICLE_BY = frozenset("come came coming stop drop swing pass stand get go".split())
+
+
+def ends_with_bye(ws: list[str]) -> bool:
+    """Do the words end on a goodbye ("thanks, bye", "okay great, goodbye"), also as the recogniser
+    may spell it ("i'll call back another time by")?"""
+    return bool(ws) and (ws[-1] in ("bye", "goodbye") or (ws[-1] == "by" and len(ws) > 1
+                                                          and ws[-2] in BEFORE_A_FINAL_BYE))
+
+
 #: a yes or a no in one word: a whole answer, and as often the start of a longer one ("yeah,
 #: actually, another question", "nope, I'm all set")
 BARE_ANSWERS = frozenset("yes yeah yep yup no nope nah sure okay ok right alright".split())
@@ -178,6 +192,8 @@ def _ends_unfinished(ws: list[str]) -> bool:
         return False  # "a human being"
     if last == "going" and before in ("i'm", "we're", "am", "are"):
         return False  # "i'm going": leaving
+    if last == "by" and before in BEFORE_A_FINAL_BYE | _BEFORE_A_PARTICLE_BY:
+        return False  # "i'll call back another time by(e)", "i'll come by"
     if (last in PREPOSITIONS or last in NEEDS_OBJECT) and (before not in DETERMINERS or before in ("this", "that")) \
             and _object_came_first(ws):
         return False  # a stranded preposition or a verb whose object came first
@@ -218,6 +234,8 @@ def completeness(text: str) -> Completeness:
         answer = answer[1:]  # "yep, one more"
     if " ".join(core) in CLOSED_ANSWERS or " ".join(answer) in CLOSED_ANSWERS or all(w in _DIGIT_WORDS for w in ws):
         return Completeness.COMPLETE if ws[-1] not in FILLERS else Completeness.UNFINISHED
+    if ends_with_bye(ws):
+        return Completeness.COMPLETE  # "okay great, thank you so much, bye"
     if _ends_unfinished(ws):
         return Completeness.UNFINISHED
     if all(w in GREETINGS for w in core) and any(w in _GREETING_HEADS for w in core):

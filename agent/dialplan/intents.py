@@ -52,6 +52,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
+from agent.call.completeness import BEFORE_A_FINAL_BYE
 from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, slot_phrases
 
 if TYPE_CHECKING:
@@ -143,11 +144,20 @@ COLLOQUIAL = {"nope": "no", "nah": "no", "naw": "no", "yep": "yes", "yup": "yes"
 "no" (and a sentence encoder does not relate it to "no thanks")."""
 
 
+def bye_spelt_by(words: list[str]) -> list[str]:
+    """*words* with a final "by" after a closing word read as the goodbye the recogniser spelt
+    that way ("i'll call back another time by", "thank you so much by")."""
+    if len(words) > 1 and words[-1] == "by" and words[-2] in BEFORE_A_FINAL_BYE:
+        return words[:-1] + ["bye"]
+    return words
+
+
 def normalize(text: str) -> list[str]:
     """Split *text* into lower-case word tokens without punctuation or apostrophes.
 
     Single digits are spelt out ("1" becomes "one") so spoken and written digits compare equal;
-    colloquial short forms are written out (:data:`COLLOQUIAL`).
+    colloquial short forms are written out (:data:`COLLOQUIAL`), and a goodbye spelt "by" too
+    (:func:`bye_spelt_by`).
     """
     tokens: list[str] = []
     for raw in _NON_WORD.split(text.lower()):
@@ -157,7 +167,7 @@ def normalize(text: str) -> list[str]:
         if len(token) == 1 and token.isdigit():
             token = DIGIT_WORDS[int(token)]
         tokens.extend(COLLOQUIAL.get(token, token).split())
-    return tokens
+    return bye_spelt_by(tokens)
 
 
 _INITIAL_CLUSTERS = (("kn", "n"), ("gn", "n"), ("pn", "n"), ("wr", "r"), ("ps", "s"), ("wh", "w"))

@@ -10,6 +10,8 @@ UNFINISHED = [
     # the rules for a fronted object, an ellipsis or a pronoun "this" must not finish these
     "I wonder if you can", "what I can", "I'd like to speak to", "I'd like to speak with",
     "I want to write a", "I'm being", "I'm going to", "okay um", "uh huh and", "there is no", "I have no",
+    # a final "by" waiting for its object
+    "can I pay by", "it was sent by",
 ]
 COMPLETE = [
     "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
@@ -26,6 +28,9 @@ COMPLETE = [
     "uh huh", "mm hmm", "mm-hmm", "oh okay", "right right", "uh, i see",
     # "no" as an answer word, not a determiner
     "no i'm all right um no", "no no",
+    # words that end on a goodbye, also as the recogniser spells it, and "by" as a particle
+    "okay great thank you so much bye", "thanks bye", "I'll call back another time by", "thank you by",
+    "I'll come by",
 ]
 UNDECIDED = ["my card", "my balance", "checking account", ""]
 

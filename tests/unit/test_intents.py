@@ -352,3 +352,15 @@ def test_strip_slot_words_leaves_the_request() -> None:
     """Slot value words are removed so the request itself can be matched."""
     assert strip_slot_words("book an appointment tomorrow at 3 pm", ["date", "time"]) == \
         "book an appointment at"
+
+
+def test_a_final_by_after_a_closing_word_is_read_as_bye() -> None:
+    """The recogniser writes a final "bye" as "by" ("another time by"); the matcher reads it as the
+    goodbye, by words and by meaning, while a "by" that wants its object stays a preposition."""
+    from agent.dialplan.semantic import without_fillers
+
+    assert normalize("I'll call back another time, by.")[-1] == "bye"
+    assert normalize("thank you so much by")[-1] == "bye"
+    assert normalize("can I pay by")[-1] == "by"
+    assert without_fillers("Okay, thanks, um, by.") == "okay thanks bye"
+    assert without_fillers("it was sent by") == "it was sent by"
