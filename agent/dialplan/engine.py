@@ -29,6 +29,7 @@ from agent.dialplan.asks import (
 )
 from agent.dialplan.escalation import END, OFFER, Question
 from agent.dialplan.intents import IntentMatch, normalize
+from agent.dialplan.moment import asks_for_a_moment
 from agent.dialplan.model import (
     AskStep, Dialplan, Intent, ModelStep, QueueStep, RecordStep, RepromptPolicy, Settings,
     Template, TransferStep, WebhookStep,
@@ -154,11 +155,12 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         the examples' words only (sure enough for the shortest silence, and the transcript is not
         embedded); *by_meaning* (asked once the caller is quiet) also by meaning, which the
         endpointer trusts with a longer silence. None when no ask is waiting, nothing matches,
-        a yes/no question is open, or the intent would end or transfer the call and the words are
-        not exactly one of its examples (a match by meaning never is).
+        a yes/no question is open, the words ask for a moment ("hang on"), or the intent would
+        end or transfer the call and the words are not exactly one of its examples (a match by
+        meaning never is).
         """
         ask = self._listening_ask()
-        if ask is None or self._question is not None:
+        if ask is None or self._question is not None or (by_meaning and self._wants_a_moment(ask, text)):
             return None
         return peek_match(ask, text, lambda intent: self._consequence(ask, intent) is not None, by_meaning)
 
@@ -232,6 +234,8 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
     def _heard(self, ask: AskStep, text: str, confidence: float | None,
                alternatives: Sequence[str] = ()) -> list[Action]:
         """What the caller said at *ask* (no question open)."""
+        if self._wants_a_moment(ask, text):
+            return self._give_a_moment(ask)
         understood = understand(ask, text, self._local_now().date(), alternatives)
         if understood is None:
             return self._reprompt_or_give_up(ask, "no_match")
@@ -247,6 +251,20 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         if kind is not None and (heard_as is not None or not sure_enough(ask, match, confidence)):
             return self._ask_question(ask, Question(kind, intent.goto, intent, match, heard, heard_as=heard_as))
         return self._answered(ask, intent, match, heard, heard_as=heard_as)
+
+    def _wants_a_moment(self, ask: AskStep, text: str) -> bool:
+        """A request for a moment ("hang on, let me find my card"), unless the ask's own examples
+        say those words (an intent of the dialplan's own wins)."""
+        return ask.settings.hold.enabled and asks_for_a_moment(text) and \
+            match_intent(ask, text, by_meaning=False) is None
+
+    def _give_a_moment(self, ask: AskStep) -> list[Action]:
+        """Say the ``hold`` prompt and listen again, longer; no reprompt is counted."""
+        self._record("hold")
+        actions: list[Action] = []
+        self._say_into(actions, ask.settings.hold.prompt, ask.settings)
+        actions.append(replace(listen_for(ask), no_input_timeout_ms=ask.settings.hold.timeout_ms))
+        return actions
 
     def on_dtmf(self, digit: str) -> list[Action]:
         """DTMF: one key (0-9, *, #, A-D) or several in order ("1234#").

@@ -37,6 +37,7 @@ from agent.dialplan.model import (
     DialplanIssue,
     Endpointing,
     Flow,
+    MomentRequest,
     Route,
     Settings,
     Step,
@@ -270,6 +271,9 @@ class _FileReader(StepReader):
         no_match = base.no_match
         if "no_match" in entries:
             no_match = self.person_offer(entries["no_match"][1], base.no_match)
+        hold = base.hold
+        if "hold" in entries:
+            hold = self._moment_request(entries["hold"][1], base.hold)
         system_prompt = self.optional(entries, "system_prompt", self.string)
         return Settings(
             voice=voice if voice is not None else base.voice,
@@ -287,7 +291,24 @@ class _FileReader(StepReader):
             escalation=escalation,
             confirm=confirm,
             no_match=no_match,
+            hold=hold,
             system_prompt=system_prompt if system_prompt is not None else base.system_prompt,
+        )
+
+    def _moment_request(self, node: Node, base: MomentRequest) -> MomentRequest:
+        """``hold: false``, or ``hold: {prompt, timeout_ms}`` over *base*."""
+        if isinstance(node, ScalarNode):
+            enabled = self.boolean(node)
+            return base if enabled is None else MomentRequest(enabled, base.prompt, base.timeout_ms)
+        entries = self.mapping(node)
+        if entries is None:
+            return base
+        prompt = self.optional(entries, "prompt", lambda n: self.template(n, "'prompt'"))
+        timeout = self.optional(entries, "timeout_ms", self.integer)
+        return MomentRequest(
+            True,
+            prompt if prompt is not None else base.prompt,
+            timeout if timeout is not None else base.timeout_ms,
         )
 
     def _confirmation(self, node: Node, base: Confirmation) -> Confirmation:

@@ -203,6 +203,17 @@ class PersonOffer:
 
 
 @dataclass(frozen=True)
+class MomentRequest:
+    """A caller who asks for a moment ("hold on", "give me a second, let me find it") is told
+    *prompt* and given *timeout_ms* of silence before the ask's no-input reprompt, instead of
+    having the words matched against the ask's intents. *enabled* False matches them as before."""
+
+    enabled: bool = True
+    prompt: Template = parse_template("Sure, take your time.")
+    timeout_ms: int = 30000
+
+
+@dataclass(frozen=True)
 class Settings:
     """How prompts are spoken and input awaited; set per dialplan file, flow or step.
 
@@ -210,7 +221,7 @@ class Settings:
     (YAML ``barge_in: true | false | dtmf``). ``max_call_duration_s`` applies to whole flows.
     ``escalation`` is the step a request for a person goes to from every ask (None: none);
     ``confirm`` says when ending or transferring needs a yes; ``no_match`` when a person is
-    offered to a caller the ask does not understand.
+    offered to a caller the ask does not understand; ``hold`` how a request for a moment is met.
     """
 
     voice: str = DEFAULT_VOICE
@@ -226,6 +237,7 @@ class Settings:
     escalation: str | None = None
     confirm: Confirmation = Confirmation()
     no_match: PersonOffer = PersonOffer()
+    hold: MomentRequest = MomentRequest()
     #: the dialogue model's system prompt for model steps (a step's instructions follow it)
     system_prompt: str | None = None
 
@@ -780,6 +792,8 @@ def _spoken_templates(dialplan: Dialplan) -> Iterator[tuple[Step, Template, Sett
                 if step.settings.escalation is not None:
                     offer = step.no_match.offer or step.settings.no_match
                     yield step, offer.prompt, step.settings
+                if step.speech and step.settings.hold.enabled:
+                    yield step, step.settings.hold.prompt, step.settings
             elif isinstance(step, QueueStep) and step.announce is not None:
                 yield step, step.announce, step.settings
             elif isinstance(step, RecordStep) and step.prompt is not None:

@@ -9,6 +9,8 @@ out-of-scope turn; each behaviour on its own, so one misheard turn does not add 
 out-of-scope one to an offer of a person). Bounds are generous: the test is about behaviour (understood, not cut off in
 the pause, nothing ended or transferred), the bench measures the figures.
 
+A second call asks for a moment over the menu ("hold on, let me find my card"): it is given one.
+
 The server runs as shipped: its embedded speech server hears words that are not the phrase
 hints with Whisper (``speech.embedded_open_speech: whisper``, docs/speech.md).
 """
@@ -120,3 +122,33 @@ def test_paraphrases_of_three_voices_are_understood_not_cut_off_and_nothing_is_e
     entered = {e.get("step") for e in record["dialogue"] if e.get("kind") == "step"}
     assert not entered & {"agent", "transfer", "goodbye", "bye", "no_match_goodbye"}, entered
     assert record["transfer_target"] is None and record["end_reason"] not in ("caller_done", "transfer"), record
+
+
+def test_a_caller_who_asks_for_a_moment_over_the_menu_is_given_it(agent: AgentProcess, tmp_path) -> None:
+    """"hold on, let me find my card" (espeak, words of no intent) said over the menu: the prompt
+    stops for it, the agent answers "Sure, take your time." and waits: no reprompt, nothing
+    counted as misunderstood, no question about ending the call (the words are close to "hang up")."""
+    mk = load_script("make-eval-corpus", "make_eval_corpus")
+    said = mk.Utterance("hold on, let me find my card", "turn", "test_unseen_speech")
+    out = str(tmp_path / "corpus")
+    os.makedirs(os.path.join(out, said.half, "8k"))
+    os.makedirs(os.path.join(out, said.half, "16k"))
+    entry = mk.run_chunk((mk.jobs_for([said], ["espeak"]), out))[0]
+    voiced = entry["voiced_ms"]
+    name = os.path.basename(entry["file"]).rsplit(".", 1)[0]
+    bench = load_bench()
+    step = bench.Step(4000, bench.CorpusFile(name, os.path.join(out, said.half, entry["file"]), "turn", said.text,
+                                             None, entry["duration_ms"], voiced[0][0], voiced[-1][1], ()))
+    before = len(agent.records())
+    media = tmp_path / "media"
+    media.mkdir()
+    play_steps(bench, agent, media, [step], tail_ms=8000, timeout_s=60)
+    agent.wait_for(lambda: len(agent.records()) > before, what="the call record")
+    record = agent.records()[-1]
+    kinds = [e.get("kind") for e in record["dialogue"]]
+    heard = [e.get("text") for e in record["dialogue"] if e.get("kind") == "transcript"]
+    said_by_agent = [seg["text"] for turn in record["turns"] for seg in turn["agent"]]
+    assert "hold" in kinds, (heard, kinds)
+    assert "Sure, take your time." in said_by_agent, said_by_agent
+    assert not {"no_match", "reprompt", "question"} & set(kinds), (heard, kinds)
+    assert record.get("agent_hangup") is None and record["transfer_target"] is None, record

@@ -687,7 +687,8 @@ def test_parse_template_rejects_unclosed_placeholder() -> None:
 
 
 def test_static_prompts_lists_untemplated_text_with_voice(tmp_path: Path) -> None:
-    """Static says, prompts and reprompts are listed with their voice; templated text is not."""
+    """Static says, prompts, reprompts and the answer to a request for a moment are listed with their
+    voice; templated text is not."""
     path = write(
         tmp_path,
         """\
@@ -711,6 +712,7 @@ def test_static_prompts_lists_untemplated_text_with_voice(tmp_path: Path) -> Non
         ("Welcome.", "awb"),
         ("Yes or no?", "rms"),
         ("Please say yes or no.", "rms"),
+        ("Sure, take your time.", "rms"),
     }
 
 
