@@ -151,10 +151,17 @@ def ends_with_bye(ws: list[str]) -> bool:
 BARE_ANSWERS = frozenset("yes yeah yep yup no nope nah sure okay ok right alright".split())
 
 
+#: words a yes comes with that leave it a bare yes: it may as well go on ("okay great, | and ...")
+ANSWER_COMPANIONS = frozenset("great good fine perfect cool lovely wonderful excellent brilliant awesome then "
+                              "sounds".split())
+
+
 def is_bare_answer(text: str) -> bool:
-    """Is *text* a yes or a no alone, fillers aside ("yeah", "um no"; not "yes please")?"""
+    """Is *text* a yes or a no alone, fillers aside ("yeah", "um no", "okay great", "alright then",
+    "sounds good"; not "yes please", nor a dangling "yeah sounds")?"""
     ws = [w for w in turn_words(text) if w not in FILLERS]
-    return bool(ws) and all(w in BARE_ANSWERS for w in ws)
+    return bool(ws) and all(w in BARE_ANSWERS or w in ANSWER_COMPANIONS for w in ws) and ws[-1] != "sounds" \
+        and not all(w == "then" for w in ws)
 
 
 def _has_verb(ws: list[str]) -> bool:
@@ -236,6 +243,8 @@ def completeness(text: str) -> Completeness:
         return Completeness.COMPLETE if ws[-1] not in FILLERS else Completeness.UNFINISHED
     if ends_with_bye(ws):
         return Completeness.COMPLETE  # "okay great, thank you so much, bye"
+    if is_bare_answer(text):
+        return Completeness.COMPLETE  # "okay great", "sounds good", "alright then"
     if _ends_unfinished(ws):
         return Completeness.UNFINISHED
     if all(w in GREETINGS for w in core) and any(w in _GREETING_HEADS for w in core):

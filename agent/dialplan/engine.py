@@ -39,7 +39,7 @@ from agent.dialplan.runner import (
     ENDED, IDLE, LISTENING, MAX_STEPS_PER_EVENT, MAX_SUBFLOW_DEPTH, MODEL, RECORDING,
     TRANSFERRING, WEBHOOK, FlowRunner, dtmf_flag,
 )
-from agent.dialplan.slots import is_bare_yes, is_murmur, parse_slot, parse_yes_no, slot_phrases
+from agent.dialplan.slots import is_bare_no, is_bare_yes, is_murmur, parse_slot, parse_yes_no, slot_phrases
 from agent.dialplan.variables import call_variables
 
 __all__ = [
@@ -154,15 +154,22 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         already completes an intent lets the endpointer accept a shorter silence. By default by
         the examples' words only (sure enough for the shortest silence, and the transcript is not
         embedded); *by_meaning* (asked once the caller is quiet) also by meaning, which the
-        endpointer trusts with a longer silence. None when no ask is waiting, nothing matches,
-        a yes/no question is open, the words ask for a moment ("hang on"), or the intent would
+        endpointer trusts with a longer silence. At a yes/no question (before ending or
+        transferring the call, the person offer, a ``yes_no`` slot): ``yes`` or ``no`` for a bare
+        answer ("yeah", "okay great", "no thanks"), else None. None when no ask is waiting,
+        nothing matches, the words ask for a moment ("hang on"), or the intent would
         end or transfer the call and the words are not exactly one of its examples (a match by
         meaning never is).
         """
         ask = self._listening_ask()
-        if ask is None or self._question is not None or (by_meaning and self._wants_a_moment(ask, text)):
+        if ask is not None and self._question is not None:
+            return _bare_yes_or_no(text)
+        if ask is None or (by_meaning and self._wants_a_moment(ask, text)):
             return None
-        return peek_match(ask, text, lambda intent: self._consequence(ask, intent) is not None, by_meaning)
+        match = peek_match(ask, text, lambda intent: self._consequence(ask, intent) is not None, by_meaning)
+        if match is None and ask.slot is not None and ask.slot.type == "yes_no":
+            return _bare_yes_or_no(text)
+        return match
 
     def call_record(self) -> dict[str, Any]:
         """The call's path through the dialplan, for the call record (JSON-ready)."""
@@ -622,6 +629,15 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
             self._say_into(actions, template, ask.settings)
         actions.append(listen_for(ask))
         return actions
+
+
+def _bare_yes_or_no(text: str) -> IntentMatch | None:
+    """A yes or a no and nothing else, as an answer the end of turn may take ("okay great", "nope")."""
+    if is_bare_no(text):
+        return IntentMatch("no", 1.0, text)
+    if is_bare_yes(text) and parse_yes_no(text) == "yes":
+        return IntentMatch("yes", 1.0, text)
+    return None
 
 
 def _yes_no_listen(ask: AskStep) -> Listen:

@@ -206,6 +206,12 @@ _MURMURS = frozenset("uh huh uhhuh um uhm mm mmm hmm hm mhm mmhmm ah oh".split()
 """Sounds that acknowledge without saying yes ("uh huh", "mm hmm", "oh")."""
 
 
+def is_bare_no(text: str) -> bool:
+    """Is *text* a no and nothing else ("no", "nope, thanks", "no thank you")?"""
+    tokens = _tokens(text)
+    return any(t in _NO for t in tokens) and all(t in _NO or t in _BARE_ANSWER_WORDS for t in tokens)
+
+
 def is_murmur(text: str) -> bool:
     """Is *text* only acknowledging sounds ("uh huh", "mm hmm"), no word that says anything?"""
     tokens = _tokens(text)

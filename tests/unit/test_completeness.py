@@ -31,6 +31,8 @@ COMPLETE = [
     # words that end on a goodbye, also as the recogniser spells it, and "by" as a particle
     "okay great thank you so much bye", "thanks bye", "I'll call back another time by", "thank you by",
     "I'll come by",
+    # a yes with the words that come with one
+    "okay great", "sounds good", "alright then",
 ]
 UNDECIDED = ["my card", "my balance", "checking account", ""]
 
@@ -57,7 +59,9 @@ def test_a_noun_phrase_alone_is_undecided(text: str) -> None:
 
 @pytest.mark.parametrize("text, bare", [
     ("yeah", True), ("Nope.", True), ("um no", True), ("oh yeah", True), ("okay", True), ("yes please", False),
-    ("no thanks", False), ("yep, one more", False), ("um", False), ("", False), ("goodbye", False)])
+    ("no thanks", False), ("yep, one more", False), ("um", False), ("", False), ("goodbye", False),
+    ("okay great", True), ("yeah, sounds good", True), ("alright then", True), ("yeah sounds", False),
+    ("then", False)])
 def test_a_yes_or_a_no_alone_is_a_bare_answer(text: str, bare: bool) -> None:
     """A yes or a no in one word, fillers aside, is all a caller may say, or the first word of more."""
     assert is_bare_answer(text) is bare

@@ -355,3 +355,15 @@ def test_a_reply_to_the_offer_that_only_resembles_a_request_for_a_person_does_no
     session.on_transcript("elephants", confidence=0.9)
     reply = session.on_transcript("but the total in my living", confidence=0.9)
     assert not any(isinstance(a, Transfer) for a in reply)
+
+
+def test_at_a_question_a_bare_yes_or_no_is_the_answer_the_end_of_turn_may_take() -> None:
+    """peek_intent at "Do you want to end the call?": yes or no for a bare answer ("okay great",
+    "nope, thanks"), which lets the turn end after the answer's short silence; nothing for more
+    words ("yes and my balance") or none."""
+    session = call()
+    session.on_transcript("bye that i'd will", confidence=0.4)
+    assert session.peek_intent("okay great").name == "yes"
+    assert session.peek_intent("nope, thanks").name == "no"
+    assert session.peek_intent("yes and my balance") is None
+    assert session.peek_intent("um") is None
