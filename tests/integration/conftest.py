@@ -69,6 +69,12 @@ def free_port(kind: int = socket.SOCK_DGRAM) -> int:
     return port_block(1, _PORTS_FROM, _PORTS_TO, (kind,))
 
 
+def free_media_ports() -> int:
+    """A base for SIPp's ``-mp``: it binds that port and the three after it (audio and video,
+    RTP and RTCP), so all four must be free, not only the first."""
+    return port_block(4, _PORTS_FROM, _PORTS_TO, (socket.SOCK_DGRAM,))
+
+
 def free_sip_port() -> int:
     """A port free for both UDP (SIP) and TCP."""
     return port_block(1, _PORTS_FROM, _PORTS_TO)

@@ -19,7 +19,8 @@ import pytest
 from agent.speech.client import RecognitionOptions, SpeechClient
 from media.pcap import rtp_streams
 from tests.integration.conftest import (
-    ROOT, AgentProcess, Capture, free_port, heard_balance, run_caller, run_sipp, start_agent, stop_agent,
+    ROOT, AgentProcess, Capture, free_media_ports, free_port, heard_balance, run_caller, run_sipp, start_agent,
+    stop_agent,
 )
 
 pytestmark = pytest.mark.integration
@@ -52,7 +53,7 @@ def wait_idle(agent: AgentProcess) -> None:
 def test_sipp_caller_asking_for_balance_hears_the_balance(agent: AgentProcess, tmp_path) -> None:
     """(a) A SIPp call streaming "check my balance" (PCMU) gets the balance prompt back on the wire."""
     wait_idle(agent)
-    media_port = free_port()
+    media_port = free_media_ports()
     cap = Capture(str(tmp_path / "call.pcap"), f"udp port {media_port}")
     try:
         result = run_sipp(os.path.join(SIPP_DIR, "caller-utterance.xml"), f"127.0.0.1:{agent.sip_port}",
@@ -82,7 +83,7 @@ def test_five_simultaneous_calls_at_capacity_four(agent: AgentProcess, tmp_path)
     before = agent.metrics()
     trace = tmp_path / "messages.log"
     result = run_sipp(os.path.join(SIPP_DIR, "caller-hold.xml"), f"127.0.0.1:{agent.sip_port}",
-                      "-s", "1000", "-m", "5", "-l", "5", "-r", "50", "-d", "4000", "-mp", str(free_port()),
+                      "-s", "1000", "-m", "5", "-l", "5", "-r", "50", "-d", "4000", "-mp", str(free_media_ports()),
                       "-trace_msg", "-message_file", str(trace))
     assert result.returncode == 0, result.stdout.decode()[-2000:] + result.stderr.decode()[-2000:]
     messages = trace.read_text(errors="replace")
@@ -104,7 +105,7 @@ def test_bye_during_greeting_tears_the_call_down(agent: AgentProcess, tmp_path) 
     wait_idle(agent)
     n_records = len(agent.records())
     result = run_sipp(os.path.join(SIPP_DIR, "caller-hold.xml"), f"127.0.0.1:{agent.sip_port}",
-                      "-s", "1000", "-m", "1", "-l", "1", "-d", "1000", "-mp", str(free_port()))
+                      "-s", "1000", "-m", "1", "-l", "1", "-d", "1000", "-mp", str(free_media_ports()))
     assert result.returncode == 0, result.stdout.decode()[-2000:]
     records = agent.wait_for(lambda: agent.records()[n_records:], 15.0, "the call record")
     record = records[-1]
@@ -210,7 +211,7 @@ def test_offer_without_a_supported_codec_gets_488(agent: AgentProcess, tmp_path)
     path.write_text(scenario)
     trace = tmp_path / "gsm.log"
     result = run_sipp(str(path), f"127.0.0.1:{agent.sip_port}", "-s", "1000", "-m", "1", "-l", "1",
-                      "-mp", str(free_port()), "-trace_msg", "-message_file", str(trace))
+                      "-mp", str(free_media_ports()), "-trace_msg", "-message_file", str(trace))
     assert re.search(r"^SIP/2\.0 488", trace.read_text(errors="replace"), re.M), \
         trace.read_text(errors="replace")[-2000:] + result.stdout.decode()[-1000:]
     assert agent.proc.poll() is None

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import ROOT, free_port, run_sipp, start_agent, stop_agent
+from tests.integration.conftest import ROOT, free_media_ports, free_port, run_sipp, start_agent, stop_agent
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def test_sipp_caller_reaches_the_bank_lines_transfer(tmp_path) -> None:
     try:
         trace = tmp_path / "transfer.log"
         result = run_sipp(os.path.join(SIPP_DIR, "caller-transfer.xml"), f"127.0.0.1:{agent.sip_port}",
-                          "-s", "2000", "-m", "1", "-l", "1", "-mp", str(free_port()),
+                          "-s", "2000", "-m", "1", "-l", "1", "-mp", str(free_media_ports()),
                           "-trace_msg", "-message_file", str(trace), timeout_s=90)
         messages = trace.read_text(errors="replace")
         assert result.returncode == 0, messages[-4000:] + agent.log()[-3000:]
@@ -91,13 +91,13 @@ def test_hot_reload_keeps_calls_on_their_version(tmp_path) -> None:
         hold = os.path.join(SIPP_DIR, "caller-hold.xml")
         sipp_a = subprocess.Popen(
             ["sipp", "-sf", hold, "-i", "127.0.0.1", "-p", str(free_port()), "-nostdin", "-s", "1000",
-             "-m", "1", "-l", "1", "-d", "8000", "-mp", str(free_port()), "-timeout", "60s", "-timeout_error",
+             "-m", "1", "-l", "1", "-d", "8000", "-mp", str(free_media_ports()), "-timeout", "60s", "-timeout_error",
              f"127.0.0.1:{agent.sip_port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
         agent.wait_for(lambda: agent.metrics()["openclaw_active_calls"] == 1.0, 20.0, "call A in progress")
         dialplan.write_text(FLOW.format(name="second"))  # picked up by the file watcher
         agent.wait_for(lambda: agent.metrics()["openclaw_dialplan_generation"] == 2.0, 20.0, "the reload")
         result = run_sipp(hold, f"127.0.0.1:{agent.sip_port}", "-s", "1000", "-m", "1", "-l", "1", "-d", "2000",
-                          "-mp", str(free_port()))
+                          "-mp", str(free_media_ports()))
         assert result.returncode == 0
         assert sipp_a.wait(timeout=60) == 0, "call A was dropped by the reload"
         records = agent.wait_for(lambda: len(agent.records()) >= 2 and agent.records(), 20.0, "two records")
@@ -112,7 +112,7 @@ def test_hot_reload_keeps_calls_on_their_version(tmp_path) -> None:
         assert agent.metrics()["openclaw_dialplan_generation"] == 2.0
         assert f"{dialplan}:3:11:" in agent.log() and "missing" in agent.log()
         result = run_sipp(hold, f"127.0.0.1:{agent.sip_port}", "-s", "1000", "-m", "1", "-l", "1", "-d", "1000",
-                          "-mp", str(free_port()))
+                          "-mp", str(free_media_ports()))
         assert result.returncode == 0
         time.sleep(0.5)
         last = agent.wait_for(lambda: len(agent.records()) >= 3 and agent.records(), 20.0, "a third record")[-1]

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import (
-    ROOT, Capture, free_port, start_agent, stop_agent, wait_until,
+    ROOT, Capture, free_media_ports, free_port, start_agent, stop_agent, wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -216,7 +216,7 @@ dialplans: [dialplan.yaml]
         agent.wait_for(lambda: registrar.authorized(), 30.0, "the trunk registration with the password from a file")
         sipp = subprocess.run(
             [shutil.which("sipp") or "sipp", "-sf", os.path.join(ROOT, "ops", "sipp", "bench-call.xml"), "-s", "1000",
-             "-i", "127.0.0.1", "-p", str(free_port()), "-mp", str(free_port()), "-m", "1", "-l", "1", "-d", "15000",
+             "-i", "127.0.0.1", "-p", str(free_port()), "-mp", str(free_media_ports()), "-m", "1", "-l", "1", "-d", "15000",
              "-nostdin", "-timeout", "60s", f"127.0.0.1:{agent.sip_port}"], capture_output=True, timeout=90)
         agent.wait_for(lambda: _records(records), 30.0, "the call record")
         assert _Api.seen, "the webhook was called"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import ROOT, free_port
+from tests.integration.conftest import ROOT, free_media_ports, free_port
 from tests.integration.test_workers import Node, start_node, stop_node
 
 pytestmark = [
@@ -36,7 +36,7 @@ def sipp(node: Node, scenario: str, source: str, *args: str, timeout_s: float = 
     binary = shutil.which("sipp")
     assert binary, "sipp (Debian package sip-tester) is not installed; run ops/bootstrap.sh"
     proc = subprocess.run([binary, "-sf", os.path.join(SIPP_DIR, scenario), "-s", "1000", "-i", source,
-                           "-p", str(free_port()), "-mp", str(free_port()), "-nostdin",
+                           "-p", str(free_port()), "-mp", str(free_media_ports()), "-nostdin",
                            "-timeout", f"{int(timeout_s)}s", *args, node.target],
                           capture_output=True, timeout=timeout_s + 30, cwd=ROOT)
     out = proc.stdout.decode(errors="replace")

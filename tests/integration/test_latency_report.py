@@ -22,7 +22,7 @@ from media.convert import rms, ulaw_to_pcm16
 from media.latency import AGENT_GAP_MS, score_items, wav_data
 from media.pcap import read_udp, rtp_streams
 from tests.bench import load_bench
-from tests.integration.conftest import ROOT, OPENCLAW, AgentProcess, Capture, free_port, run_sipp
+from tests.integration.conftest import ROOT, OPENCLAW, AgentProcess, Capture, free_media_ports, free_port, run_sipp
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def play_steps(bench, agent: AgentProcess, tmp_path, steps, *, tail_ms: int,  # 
     bench.write_media(steps, media_dir)
     scenario = tmp_path / "scenario.xml"
     scenario.write_text(bench.scenario_xml(steps, media_dir, tail_ms=tail_ms), encoding="iso-8859-1")
-    media_port = free_port()
+    media_port = free_media_ports()
     cap = Capture(str(tmp_path / "call.pcap"), f"udp port {agent.sip_port} or udp port {media_port}")
     try:
         result = run_sipp(str(scenario), f"127.0.0.1:{agent.sip_port}", "-s", "1000", "-m", "1", "-l", "1",

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.integration.conftest import ROOT, AgentProcess, free_port, start_agent, stop_agent, wait_until
+from tests.integration.conftest import ROOT, AgentProcess, free_media_ports, free_port, start_agent, stop_agent, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_readiness_follows_the_free_slots_and_the_drain(one_slot_agent: AgentPro
     def call(hold_ms: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sipp, "-sf", os.path.join(ROOT, "ops", "sipp", "bench-call.xml"), "-s", "1000",
                                  "-m", "1", "-l", "1", "-d", str(hold_ms), "-i", "127.0.0.1", "-p", str(free_port()),
-                                 "-mp", str(free_port()), "-nostdin", "-timeout", "30s", "-timeout_error",
+                                 "-mp", str(free_media_ports()), "-nostdin", "-timeout", "30s", "-timeout_error",
                                  f"127.0.0.1:{agent.sip_port}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
 

@@ -16,7 +16,7 @@ import pytest
 from media.convert import rms_dbfs
 from media.pcap import packet_pcm, read_udp, rtp_streams
 from tests.integration.conftest import (
-    ROOT, AgentProcess, Capture, free_port, run_caller, start_agent, stop_agent,
+    ROOT, AgentProcess, Capture, free_media_ports, free_port, run_caller, start_agent, stop_agent,
 )
 
 pytestmark = pytest.mark.integration
@@ -162,7 +162,7 @@ def test_hold_and_resume(ringing_agent: AgentProcess, tmp_path, scenario: str, m
     its prompt goes on from where it stopped, and the caller's "check my balance" is answered."""
     agent = ringing_agent
     _idle(agent)
-    sip_port, media_port = free_port(), free_port()
+    sip_port, media_port = free_media_ports(), free_port()
     trace = str(tmp_path / "hold.log")
     cap = Capture(str(tmp_path / "hold.pcap"), f"udp port {sip_port} or udp port {media_port}")
     try:
@@ -214,7 +214,7 @@ def test_early_media(tmp_path) -> None:
     """early_media: the agent answers 183 with SDP and its greeting is on the wire before the 200."""
     agent = _agent(str(tmp_path), "sip:\n  answer:\n    ring_ms: 2500\n    early_media: true\n")
     try:
-        sip_port, media_port = free_port(), free_port()
+        sip_port, media_port = free_media_ports(), free_port()
         cap = Capture(str(tmp_path / "early.pcap"), f"udp port {sip_port} or udp port {media_port}")
         try:
             sipp("caller-early-media.xml", agent, "-s", "1000", "-m", "1", sip_port=sip_port, media_port=media_port,
@@ -285,7 +285,7 @@ class DeadDialog:
         self.ended = 0.0
         self.proc = subprocess.Popen(
             [exe, "-sf", os.path.join(SIPP_DIR, "caller-session-timer.xml"), "-i", "127.0.0.1", "-p", str(free_port()),
-             "-mp", str(free_port()), "-nostdin", "-timeout", "120s", "-timeout_error", "-trace_msg",
+             "-mp", str(free_media_ports()), "-nostdin", "-timeout", "120s", "-timeout_error", "-trace_msg",
              "-message_file", self.trace, "-s", "2000", "-m", "1", f"127.0.0.1:{self.agent.sip_port}"],
             stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
         self._waiter = threading.Thread(target=self._wait, daemon=True)

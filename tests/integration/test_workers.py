@@ -23,7 +23,7 @@ import pytest
 
 from media.pcap import rtp_streams
 from tests.integration.conftest import (
-    OPENCLAW, ROOT, Capture, free_port, free_sip_port, port_block, read_health, read_metrics, run_sipp,
+    OPENCLAW, ROOT, Capture, free_media_ports, free_port, free_sip_port, port_block, read_health, read_metrics, run_sipp,
     wait_until,
 )
 
@@ -227,7 +227,7 @@ def test_sixteen_calls_complete_with_audio_both_ways_spread_over_both_workers(no
         # 4 at a time: 8 callers talking at once saturate the one embedded speech server on 2 cores
         # (see ops/bench/capacity); the spread and routing are the same.
         result = run_sipp(scenario, node.target, "-s", "1000", "-m", "16", "-l", "4", "-r", "2",
-                          "-mp", str(free_port()), "-trace_msg", "-message_file", str(trace), timeout_s=90)
+                          "-mp", str(free_media_ports()), "-trace_msg", "-message_file", str(trace), timeout_s=90)
     finally:
         pcap = cap.stop()
     out = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
@@ -284,7 +284,7 @@ def test_twelve_simultaneous_calls_at_capacity_eight(node: Node, tmp_path: Any) 
     before = node.metrics()
     trace = tmp_path / "messages.log"
     result = run_sipp(os.path.join(SIPP_DIR, "caller-hold.xml"), node.target, "-s", "1000", "-m", "12", "-l", "12",
-                      "-r", "50", "-d", "5000", "-mp", str(free_port()), "-trace_msg", "-message_file", str(trace))
+                      "-r", "50", "-d", "5000", "-mp", str(free_media_ports()), "-trace_msg", "-message_file", str(trace))
     out = result.stdout.decode(errors="replace")
     assert result.returncode == 0, out[-3000:] + node.log()[-3000:]
     calls = sipp_calls(trace.read_text(errors="replace"))
@@ -321,7 +321,7 @@ def test_kill_9_worker_under_load_fails_over_and_rejoins(node: Node, tmp_path: A
     sipp = subprocess.Popen(
         ["sipp", "-sf", scenario, "-i", "127.0.0.1", "-p", str(free_port()),
          "-nostdin", "-timeout", "60s", "-s", "1000", "-m", "24", "-l", "4", "-r", "2", "-d", "1500",
-         "-mp", str(free_port()), "-trace_msg", "-message_file", str(trace), node.target],
+         "-mp", str(free_media_ports()), "-trace_msg", "-message_file", str(trace), node.target],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         time.sleep(3.0)
@@ -356,7 +356,7 @@ def test_kill_9_worker_under_load_fails_over_and_rejoins(node: Node, tmp_path: A
     m = node.metrics()
     assert m['openclaw_worker_restarts_total{reason="crashed",worker="0"}'] == 1
     result = run_sipp(scenario, node.target, "-s", "1000", "-m", "4", "-l", "4",
-                      "-r", "20", "-d", "500", "-mp", str(free_port()))
+                      "-r", "20", "-d", "500", "-mp", str(free_media_ports()))
     assert result.returncode == 0, result.stdout.decode()[-2000:]
     assert node.metrics()['openclaw_calls_total{outcome="answered",worker="0"}'] >= 1, "the new worker 0 got no call"
 
@@ -376,7 +376,7 @@ def test_kamailio_probes_alone_notice_a_hung_worker(node: Node, tmp_path: Any) -
         print(f"\nKamailio's probes marked the hung worker down {down_s * 1000:.0f} ms after SIGSTOP")
         trace = tmp_path / "calls.log"
         result = run_sipp(os.path.join(SIPP_DIR, "caller-hold.xml"), node.target, "-s", "1000", "-m", "4",
-                          "-l", "4", "-r", "20", "-d", "500", "-mp", str(free_port()), "-trace_msg",
+                          "-l", "4", "-r", "20", "-d", "500", "-mp", str(free_media_ports()), "-trace_msg",
                           "-message_file", str(trace))
         assert result.returncode == 0, result.stdout.decode()[-2000:]
         calls = sipp_calls(trace.read_text(errors="replace"))
@@ -398,7 +398,7 @@ def test_sigterm_drains_calls_in_progress_finish_and_nothing_new_is_accepted(tmp
         trace = tmp_path / "calls.log"
         sipp = subprocess.Popen(
             ["sipp", "-sf", scenario, "-i", "127.0.0.1", "-p", str(free_port()), "-nostdin", "-timeout", "60s",
-             "-s", "1000", "-m", "4", "-l", "4", "-r", "20", "-mp", str(free_port()), "-trace_msg",
+             "-s", "1000", "-m", "4", "-l", "4", "-r", "20", "-mp", str(free_media_ports()), "-trace_msg",
              "-message_file", str(trace), node.target],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
         node.wait_for(lambda: node.health()["active_calls"] == 4, 30, "4 calls up")
@@ -407,7 +407,7 @@ def test_sigterm_drains_calls_in_progress_finish_and_nothing_new_is_accepted(tmp
                       "Kamailio to mark both draining workers down")
         late = tmp_path / "late.log"
         result = run_sipp(os.path.join(SIPP_DIR, "caller-hold.xml"), node.target, "-s", "1000", "-m", "1",
-                          "-l", "1", "-d", "500", "-mp", str(free_port()), "-trace_msg", "-message_file", str(late))
+                          "-l", "1", "-d", "500", "-mp", str(free_media_ports()), "-trace_msg", "-message_file", str(late))
         assert result.returncode == 0, result.stdout.decode()[-2000:]
         refused = list(sipp_calls(late.read_text(errors="replace")).values())
         assert refused[0].invite_status == [503] and refused[0].retry_after
@@ -488,7 +488,7 @@ def test_second_sigterm_ends_calls_with_a_goodbye_then_bye(tmp_path: Any) -> Non
         scenario.write_text(_HOLD_UNTIL_BYE)
         sipp = subprocess.Popen(
             ["sipp", "-sf", str(scenario), "-i", "127.0.0.1", "-p", str(free_port()), "-nostdin", "-timeout", "60s",
-             "-s", "1000", "-m", "2", "-l", "2", "-r", "20", "-mp", str(free_port()), node.target],
+             "-s", "1000", "-m", "2", "-l", "2", "-r", "20", "-mp", str(free_media_ports()), node.target],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
         node.wait_for(lambda: node.health()["active_calls"] == 2, 30, "2 calls up")
         time.sleep(1.0)
