@@ -146,9 +146,18 @@ COLLOQUIAL = {"nope": "no", "nah": "no", "naw": "no", "yep": "yes", "yup": "yes"
 
 def bye_spelt_by(words: list[str]) -> list[str]:
     """*words* with a final "by" after a closing word read as the goodbye the recogniser spelt
-    that way ("i'll call back another time by", "thank you so much by")."""
+    that way ("i'll call back another time by", "thank you so much by"), and "hang on" as the
+    "wait" it means (by its words and by meaning it came near "hang up")."""
     if len(words) > 1 and words[-1] == "by" and words[-2] in BEFORE_A_FINAL_BYE:
-        return words[:-1] + ["bye"]
+        words = words[:-1] + ["bye"]
+    if "hang" in words:
+        out: list[str] = []
+        for w in words:
+            if w == "on" and out and out[-1] == "hang":
+                out[-1] = "wait"
+            else:
+                out.append(w)
+        return out
     return words
 
 

@@ -364,3 +364,14 @@ def test_a_final_by_after_a_closing_word_is_read_as_bye() -> None:
     assert normalize("can I pay by")[-1] == "by"
     assert without_fillers("Okay, thanks, um, by.") == "okay thanks bye"
     assert without_fillers("it was sent by") == "it was sent by"
+
+
+def test_hang_on_is_read_as_wait_not_near_hang_up() -> None:
+    """"hang on" means "wait": its "hang" is no evidence for an example "hang up"."""
+    from agent.dialplan.semantic import without_fillers
+
+    assert normalize("uh, yep, hang on, one more") == ["uh", "yes", "wait", "one", "more"]
+    assert normalize("please hang up") == ["please", "hang", "up"]
+    assert without_fillers("Hang on, one more.") == "wait one more"
+    assert IntentMatcher({"goodbye": ["hang up"], "more": ["one more thing"]}).match(
+        "hang on", by_meaning=False) is None
