@@ -249,8 +249,10 @@ def completeness(text: str) -> Completeness:
         return Completeness.UNFINISHED
     if all(w in GREETINGS for w in core) and any(w in _GREETING_HEADS for w in core):
         return Completeness.UNFINISHED  # "hi there": the request is still to come
-    if core[0] in QUESTION_WORDS and not _has_verb(core[1:]):
-        return Completeness.UNFINISHED  # "what days", "what time"
+    if core[0] in QUESTION_WORDS and not _has_verb(core[1:]) and len(core) <= 4:
+        # "what days", "what time": the verb is still to come. In a longer question the recogniser
+        # more likely lost it ("how much in available for me to withdraw"): undecided, not unfinished.
+        return Completeness.UNFINISHED
     if _has_verb(core):
         return Completeness.COMPLETE
     return Completeness.UNDECIDED
