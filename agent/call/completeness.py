@@ -19,6 +19,8 @@ from __future__ import annotations
 import enum
 import re
 
+from agent.dialplan.slots import YES_COMPANIONS, bye_spelt_by
+
 __all__ = ["Completeness", "completeness", "turn_words"]
 
 
@@ -132,18 +134,14 @@ def ends_in_digits(text: str) -> bool:
     return bool(ws) and ws[-1] in _DIGIT_WORDS
 
 
-#: a final "by" after these is a goodbye the recogniser wrote as "by" ("another time, by", "thanks by")
-BEFORE_A_FINAL_BYE = frozenset("thanks you time day later now then okay ok alright right bye cheers soon care "
-                               "great good all much here there".split())
-#: ... and after these a particle ("come by", "stand by"): neither waits for an object
+#: after these a final "by" is a particle ("come by", "stand by"), not a preposition wanting its object
 _BEFORE_A_PARTICLE_BY = frozenset("come came coming stop drop swing pass stand get go".split())
 
 
 def ends_with_bye(ws: list[str]) -> bool:
     """Do the words end on a goodbye ("thanks, bye", "okay great, goodbye"), also as the recogniser
     may spell it ("i'll call back another time by")?"""
-    return bool(ws) and (ws[-1] in ("bye", "goodbye") or (ws[-1] == "by" and len(ws) > 1
-                                                          and ws[-2] in BEFORE_A_FINAL_BYE))
+    return bool(ws) and (ws[-1] in ("bye", "goodbye") or bye_spelt_by(ws))
 
 
 #: a yes or a no in one word: a whole answer, and as often the start of a longer one ("yeah,
@@ -151,16 +149,11 @@ def ends_with_bye(ws: list[str]) -> bool:
 BARE_ANSWERS = frozenset("yes yeah yep yup no nope nah sure okay ok right alright".split())
 
 
-#: words a yes comes with that leave it a bare yes: it may as well go on ("okay great, | and ...")
-ANSWER_COMPANIONS = frozenset("great good fine perfect cool lovely wonderful excellent brilliant awesome then "
-                              "sounds".split())
-
-
 def is_bare_answer(text: str) -> bool:
     """Is *text* a yes or a no alone, fillers aside ("yeah", "um no", "okay great", "alright then",
     "sounds good"; not "yes please", nor a dangling "yeah sounds")?"""
     ws = [w for w in turn_words(text) if w not in FILLERS]
-    return bool(ws) and all(w in BARE_ANSWERS or w in ANSWER_COMPANIONS for w in ws) and ws[-1] != "sounds" \
+    return bool(ws) and all(w in BARE_ANSWERS or w in YES_COMPANIONS for w in ws) and ws[-1] != "sounds" \
         and not all(w == "then" for w in ws)
 
 
@@ -199,8 +192,8 @@ def _ends_unfinished(ws: list[str]) -> bool:
         return False  # "a human being"
     if last == "going" and before in ("i'm", "we're", "am", "are"):
         return False  # "i'm going": leaving
-    if last == "by" and before in BEFORE_A_FINAL_BYE | _BEFORE_A_PARTICLE_BY:
-        return False  # "i'll call back another time by(e)", "i'll come by"
+    if last == "by" and before in _BEFORE_A_PARTICLE_BY:
+        return False  # "i'll come by" (a goodbye spelt "by" is finished before these rules)
     if (last in PREPOSITIONS or last in NEEDS_OBJECT) and (before not in DETERMINERS or before in ("this", "that")) \
             and _object_came_first(ws):
         return False  # a stranded preposition or a verb whose object came first

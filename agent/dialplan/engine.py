@@ -635,7 +635,7 @@ def _bare_yes_or_no(text: str) -> IntentMatch | None:
     """A yes or a no and nothing else, as an answer the end of turn may take ("okay great", "nope")."""
     if is_bare_no(text):
         return IntentMatch("no", 1.0, text)
-    if is_bare_yes(text) and parse_yes_no(text) == "yes":
+    if is_bare_yes(text):
         return IntentMatch("yes", 1.0, text)
     return None
 

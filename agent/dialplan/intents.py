@@ -52,8 +52,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
-from agent.call.completeness import BEFORE_A_FINAL_BYE
-from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, slot_phrases
+from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, slot_phrases
 
 if TYPE_CHECKING:
     from agent.dialplan.semantic import SemanticScores, SentenceEncoder
@@ -144,29 +143,27 @@ COLLOQUIAL = {"nope": "no", "nah": "no", "naw": "no", "yep": "yes", "yup": "yes"
 "no" (and a sentence encoder does not relate it to "no thanks")."""
 
 
-def bye_spelt_by(words: list[str]) -> list[str]:
-    """*words* with a final "by" after a closing word read as the goodbye the recogniser spelt
-    that way ("i'll call back another time by", "thank you so much by"), and "hang on" as the
-    "wait" it means (by its words and by meaning it came near "hang up")."""
-    if len(words) > 1 and words[-1] == "by" and words[-2] in BEFORE_A_FINAL_BYE:
+def read_as_meant(words: list[str]) -> list[str]:
+    """*words* with a final "by" that the recogniser wrote for "bye" (:func:`bye_spelt_by`) as
+    "bye", and "hang on" as the "wait" it means (by its words and by meaning it came near
+    "hang up")."""
+    if bye_spelt_by(words):
         words = words[:-1] + ["bye"]
-    if "hang" in words:
-        out: list[str] = []
-        for w in words:
-            if w == "on" and out and out[-1] == "hang":
-                out[-1] = "wait"
-            else:
-                out.append(w)
-        return out
-    return words
+    out: list[str] = []
+    for w in words:
+        if w == "on" and out and out[-1] == "hang":
+            out[-1] = "wait"
+        else:
+            out.append(w)
+    return out
 
 
 def normalize(text: str) -> list[str]:
     """Split *text* into lower-case word tokens without punctuation or apostrophes.
 
     Single digits are spelt out ("1" becomes "one") so spoken and written digits compare equal;
-    colloquial short forms are written out (:data:`COLLOQUIAL`), and a goodbye spelt "by" too
-    (:func:`bye_spelt_by`).
+    colloquial short forms are written out (:data:`COLLOQUIAL`), and so are a goodbye spelt "by"
+    and "hang on" (:func:`read_as_meant`).
     """
     tokens: list[str] = []
     for raw in _NON_WORD.split(text.lower()):
@@ -176,7 +173,7 @@ def normalize(text: str) -> list[str]:
         if len(token) == 1 and token.isdigit():
             token = DIGIT_WORDS[int(token)]
         tokens.extend(COLLOQUIAL.get(token, token).split())
-    return bye_spelt_by(tokens)
+    return read_as_meant(tokens)
 
 
 _INITIAL_CLUSTERS = (("kn", "n"), ("gn", "n"), ("pn", "n"), ("wr", "r"), ("ps", "s"), ("wh", "w"))

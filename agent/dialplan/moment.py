@@ -17,22 +17,23 @@ __all__ = ["asks_for_a_moment"]
 
 _SPAN = r"(?:sec|second|seconds|moment|moments|minute|minutes|mo|tick|bit)"
 """a short while, as callers name it"""
-#: how a request for a moment begins (words as :func:`normalize` gives them: no apostrophes)
+#: how a request for a moment begins (words as :func:`normalize` gives them: no apostrophes, and
+#: "hang on" already read as "wait"); the span that may follow "wait" or "hold on" is in _MEANWHILE
 _HEAD = re.compile(
     r"^(?:(?:can|could|would|will) you |please |if you could |just )*"
-    r"(?:hang on|hold on|hold up|hang tight|hold the line|wait|bear with me|"
-    r"(?:give me|i need|gimme|allow me|wait|hang on|hold on|just|one|for|half)"
+    r"(?:hold on|hold up|hang tight|hold the line|wait|bear with me|"
+    r"(?:give me|i need|gimme|allow me|just|one|for|half)"
     rf"(?: (?:a|one|just|a few|a couple|a couple of|two|half a|another|quick))* {_SPAN}|"
     r"let me (?:see|check|look|find|get|grab|think|pull)|"
     r"(?:im|i am) (?:looking|checking|getting|grabbing|finding)|"
-    rf"(?:one|a|just a|just one) {_SPAN})\b")
+    rf"(?:a|just a|just one) {_SPAN})\b")
 #: words the rest of such a turn may hold: what the caller is doing meanwhile, politeness, time
 _MEANWHILE = frozenset("""
 please sorry thanks thank you okay ok alright right yes no um uh er so just a an the one two few couple of sec second
 seconds moment moments minute minutes mo tick bit quick quickly real while i im am me let get grab find look looking
-check checking see think find finding getting grabbing pull up need to have got gotta going gonna it its that this
+check checking see think finding getting grabbing pull up need to have got gotta going gonna it its that this
 my our card cards account number numbers details wallet purse statement bag pin code here somewhere where is are
-for it up on hang hold wait bear with line now go still ill be back must put down glasses phone
+for on hold wait bear with line now go still ill be back must put down glasses phone
 """.split())
 _OPENERS = frozenset("okay ok oh um uh er erm yeah yes sorry so well right alright actually".split())
 

@@ -29,7 +29,7 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 
 from agent.dialplan.intent_concepts import BACKGROUND, concept_phrases
-from agent.dialplan.intents import COLLOQUIAL, bye_spelt_by
+from agent.dialplan.intents import COLLOQUIAL, read_as_meant
 
 __all__ = [
     "SemanticIndex",
@@ -149,10 +149,10 @@ def preload() -> bool:
 
 def without_fillers(text: str) -> str:
     """*text* in lower case without hesitation sounds (unchanged if nothing else is left), its
-    colloquial short forms written out (:data:`COLLOQUIAL`) and a goodbye spelt "by" as one."""
+    colloquial short forms written out (:data:`COLLOQUIAL`), read as meant (:func:`read_as_meant`)."""
     words = [w.strip(",.!?") for w in text.lower().split()]
     kept = [COLLOQUIAL.get(w, w) for w in words if w not in FILLERS]
-    return " ".join(bye_spelt_by(kept if kept else words))
+    return " ".join(read_as_meant(kept if kept else words))
 
 
 @dataclass(frozen=True)

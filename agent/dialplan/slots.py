@@ -188,18 +188,34 @@ def parse_yes_no(text: str) -> str | None:
     return None
 
 
+YES_COMPANIONS = frozenset("then great good fine perfect cool lovely sounds wonderful excellent brilliant "
+                           "awesome".split())
+"""Words that come with a plain yes and say no more ("okay great", "yeah, sounds good", "alright then")."""
+
 _BARE_ANSWER_WORDS = frozenset("please thanks thank you um uh oh well all i do would that thats is it go ahead "
-                               "of course sir maam then great good fine perfect cool lovely sounds wonderful "
-                               "excellent brilliant awesome".split())
-"""Words a plain yes comes with ("all right", "yes I do", "yes please, go ahead", "okay great",
-"yeah, sounds good", "alright then")."""
+                               "of course sir maam".split()) | YES_COMPANIONS
+"""Words a plain yes or no comes with ("all right", "yes I do", "yes please, go ahead", "no thank you")."""
+
+#: a final "by" after these is a goodbye the recogniser wrote as "by" ("another time, by", "thanks by")
+BEFORE_A_FINAL_BYE = frozenset("thanks you time day later now then okay ok alright right bye cheers soon care "
+                               "great good all much here there".split())
+
+
+def bye_spelt_by(words: Sequence[str]) -> bool:
+    """Do *words* (lower case) end on a "by" that is the goodbye the recogniser spelt that way
+    ("i'll call back another time by", "thank you so much by")?"""
+    return len(words) > 1 and words[-1] == "by" and words[-2] in BEFORE_A_FINAL_BYE
+
+
+def _is_bare(text: str, answer: frozenset[str]) -> bool:
+    tokens = _tokens(text)
+    return any(t in answer for t in tokens) and all(t in answer or t in _BARE_ANSWER_WORDS for t in tokens)
 
 
 def is_bare_yes(text: str) -> bool:
     """Is *text* a yes and nothing else ("yes", "yeah sure", "okay please"), not a yes word
     inside a longer sentence ("I want- yes, I had another thing")?"""
-    tokens = _tokens(text)
-    return any(t in _YES for t in tokens) and all(t in _YES or t in _BARE_ANSWER_WORDS for t in tokens)
+    return _is_bare(text, _YES)
 
 
 _MURMURS = frozenset("uh huh uhhuh um uhm mm mmm hmm hm mhm mmhmm ah oh".split())
@@ -208,8 +224,7 @@ _MURMURS = frozenset("uh huh uhhuh um uhm mm mmm hmm hm mhm mmhmm ah oh".split()
 
 def is_bare_no(text: str) -> bool:
     """Is *text* a no and nothing else ("no", "nope, thanks", "no thank you")?"""
-    tokens = _tokens(text)
-    return any(t in _NO for t in tokens) and all(t in _NO or t in _BARE_ANSWER_WORDS for t in tokens)
+    return _is_bare(text, _NO)
 
 
 def is_murmur(text: str) -> bool:
