@@ -591,13 +591,6 @@ class SipStack:
                 if cid.lower().startswith(want.lower()):
                     prio = 250 - rank * 10
             ep.codecSetPriority(cid, prio)
-            # No packet loss concealment: for a late or lost packet pjmedia's PLC repeats the last
-            # pitch period, which makes a noise burst periodic, and the barge-in detector takes a
-            # periodic sound for a voice (docs/latency.md, "Barge-in"). A missing packet is heard as
-            # 20 ms of silence instead.
-            param = ep.codecGetParam(cid)
-            param.setting.plc = False
-            ep.codecSetParam(cid, param)
         # RFC 4733 telephone-events are always offered by pjsua.
 
     def _create_account(self) -> _Account:
