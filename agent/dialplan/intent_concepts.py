@@ -139,6 +139,13 @@ CONCEPTS: tuple[Concept, ...] = (
         i'm hanging up
         i need to go now
         i have to run
+        ta ta
+        ta ra
+        toodle-oo
+        toodles
+        laters
+        ciao
+        peace out
         ok thank you bye
         thank you goodbye
         """),
@@ -405,6 +412,26 @@ BACKGROUND: tuple[str, ...] = tuple(p.strip() for p in """
     i forgot my username
     how do i order foreign currency
     i need a replacement card
+    transfer a balance to another credit card
+    what is the minimum balance for this account
+    my balance looks wrong
+    how much do i owe on my credit card
+    what is my credit limit
+    how much interest have i earned
+    show me my recent transactions
+    i need proof of funds
+    a letter confirming my balance
+    order cash for delivery
+    withdraw cash at the counter
+    i want to complain about a member of staff
+    can someone come to my house
+    book an appointment with an advisor
+    is there a branch near me
+    is the atm working
+    how long does a transfer take
+    open a business account
+    check the status of my loan application
+    how much can i borrow
     """.strip().splitlines())
 """Requests that no intent covers unless its own examples say so."""
 
