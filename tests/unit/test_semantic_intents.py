@@ -46,6 +46,8 @@ def menu(encoder: WordLlamaEncoder) -> IntentMatcher:
         ("are you guys open on sunday", "hours"),
         ("ok i have to go now see you", "goodbye"),
         ("how much cash have i got", "balance"),
+        ("ta ta", "goodbye"),
+        ("toodle-oo", "goodbye"),
     ],
 )
 def test_paraphrases_match_their_intent(menu: IntentMatcher, transcript: str, intent: str) -> None:
@@ -69,6 +71,9 @@ def test_paraphrases_match_their_intent(menu: IntentMatcher, transcript: str, in
         "change my address",
         "can you help me",
         "i don't know",
+        # they share "balance" or "cash" with the balance examples
+        "can i get the balance transferred to a new credit card",
+        "i need cash delivered to my house",
     ],
 )
 def test_out_of_scope_requests_match_nothing(menu: IntentMatcher, transcript: str) -> None:
