@@ -18,8 +18,6 @@ class Admitted:
     pinned: tuple[str, ...] = ()
     need_dialogue: bool = False
     source_ip: str | None = None
-    #: the SIP stack's poll that admitted it (pjsua creates the call within that same poll)
-    poll: int = -1
 
 
 def flow_needs(dialplan: Dialplan, flow: str) -> tuple[tuple[str, ...], bool]:

@@ -338,7 +338,8 @@ class AgentServer:
         # pjsua's own slots count too: a call the agent has ended may hold one a little longer
         # (its BYE transaction), and pjsua answers an INVITE with no slot left with a 486.
         in_use = max(len(self.stack.calls), self.stack.slots_in_use()) if self.stack else 0
-        if in_use + self._pending_admissions() >= self.capacity:
+        self._settle_admissions()
+        if in_use >= self.capacity:
             self.metrics.calls.labels("rejected_capacity").inc()
             log.info("call {call_id} from {caller} to {called} refused: 503 at capacity ({n}/{cap})",
                      call_id=call_id, caller=request.caller, called=request.called, n=in_use, cap=self.capacity)
@@ -353,7 +354,6 @@ class AgentServer:
             log.info("call {call_id} refused: 503, no speech region ({reason}: {detail})", call_id=call_id,
                      reason=placed.reason, detail=placed.detail)
             return self._unavailable(placed.retry_after_s)
-        placed.poll = self.stack.polls if self.stack else 0
         self._admitted[call_id] = placed
         return None
 
@@ -464,20 +464,17 @@ class AgentServer:
                                       need_dialogue=need_dialogue)
         return choice
 
-    def _pending_admissions(self) -> int:
-        # INVITEs admitted by the gate that pjsua has not turned into calls yet. pjsua creates the
-        # call (incoming_call) while it handles the INVITE the gate admitted, within the same poll;
-        # an admission from an earlier poll that never became a call was answered by pjsua itself
-        # (e.g. 488 for an unusable SDP) and must not hold a slot.
-        now = self.reactor.seconds()
-        poll = self.stack.polls if self.stack else 0
-        for cid, adm in list(self._admitted.items()):
-            if adm.poll != poll or now - adm.at > 32.0:
-                del self._admitted[cid]
-                log.info("call {call_id} was admitted but pjsua answered it itself; its slot is free again",
-                         call_id=cid)
-        known = {c.sip_call_id for c in self.stack.calls} if self.stack else set()
-        return sum(1 for cid in self._admitted if cid not in known)
+    def _settle_admissions(self) -> None:
+        # Forget the INVITEs admitted by the gate that pjsua has not turned into calls, as the
+        # gate admits another INVITE. pjsip handles one received message at a time, and pjsua
+        # creates the call (incoming_call) while it handles the INVITE the gate admitted; so by
+        # the time the gate sees the next INVITE, an earlier admission that is not a call was
+        # answered by pjsua itself (e.g. 488 for an unusable SDP) and must not hold a slot, even
+        # when its caller calls again within the same poll of the stack.
+        for cid in list(self._admitted):
+            del self._admitted[cid]
+            log.info("call {call_id} was admitted but pjsua answered it itself; its slot is free again",
+                     call_id=cid)
 
     def incoming_call(self, call: SipCall) -> None:
         cid = call.sip_call_id

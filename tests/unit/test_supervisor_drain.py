@@ -7,6 +7,7 @@ from twisted.internet.task import Clock
 
 from agent.app.config import ServerConfig
 from agent.app.server import GOODBYE_PROMPT, GOODBYE_TIMEOUT_S, AgentServer
+from agent.regions.selector import RegionSelector, RegionSpec
 from sip.message import parse_request
 
 
@@ -132,3 +133,15 @@ def test_a_second_stop_request_hangs_up_at_once() -> None:
     assert a.goodbyes and not a.ended
     server.end_calls_politely()
     assert a._control.hung_up and a.ended and idle == ["idle"]
+
+
+def test_an_admission_pjsua_answered_itself_frees_its_slot_for_the_next_invite() -> None:
+    """INVITEs the gate admits but pjsua answers itself (488 for a codec it cannot use: no call is
+    created) hold no slot once the next INVITE comes, even within the same poll of the stack:
+    twice the capacity of them, one after another, are all admitted."""
+    server, clock, _idle = make_server()
+    server.selector = RegionSelector([RegionSpec("local", ("127.0.0.1:9",), ("127.0.0.1:9",), capacity=64)])
+    server.selector.on_probe_response("127.0.0.1:9", clock.seconds(), 0.001)
+    refusals = [server.admit(request("INVITE", f"nocodec-{i}@test")) for i in range(2 * server.capacity)]
+    assert refusals == [None] * (2 * server.capacity)
+    assert server.metrics.calls.labels("rejected_capacity")._value.get() == 0
