@@ -13,7 +13,6 @@ from sip.message import SipRequest
 class Admitted:
     flow: str
     dialplan: Dialplan
-    at: float
     selection: Selection | None = None
     pinned: tuple[str, ...] = ()
     need_dialogue: bool = False

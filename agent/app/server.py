@@ -370,7 +370,7 @@ class AgentServer:
         if isinstance(choice, NoRegion):
             self.metrics.calls.labels("rejected_capacity").inc()
             return choice
-        return Admitted(flow, dialplan, self.reactor.seconds(), choice, pinned, need_dialogue, source_ip)
+        return Admitted(flow, dialplan, choice, pinned, need_dialogue, source_ip)
 
     def _unavailable(self, retry_after_s: float | int | None = None) -> Rejection:
         """503 with Retry-After (the configured one unless the region selector gave its own)."""

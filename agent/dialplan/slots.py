@@ -218,13 +218,13 @@ def is_bare_yes(text: str) -> bool:
     return _is_bare(text, _YES)
 
 
-_MURMURS = frozenset("uh huh uhhuh um uhm mm mmm hmm hm mhm mmhmm ah oh".split())
-"""Sounds that acknowledge without saying yes ("uh huh", "mm hmm", "oh")."""
-
-
 def is_bare_no(text: str) -> bool:
     """Is *text* a no and nothing else ("no", "nope, thanks", "no thank you")?"""
     return _is_bare(text, _NO)
+
+
+_MURMURS = frozenset("uh huh uhhuh um uhm mm mmm hmm hm mhm mmhmm ah oh".split())
+"""Sounds that acknowledge without saying yes ("uh huh", "mm hmm", "oh")."""
 
 
 def is_murmur(text: str) -> bool:
