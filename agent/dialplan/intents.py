@@ -112,7 +112,7 @@ STOP_WORDS = frozenset("""
     he she they them their this that these those there here
     is are was were be been being am do does did doing done have has had having
     can could would should will shall may might must
-    please want wanna wants need needs like
+    please want wanna wants wanted wanting need needs needed needing like
     whats whom whose
     um uh er ah oh hmm mm hm well just then also too very really
     """.split())

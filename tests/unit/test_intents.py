@@ -126,6 +126,15 @@ def test_exact_example_scores_one(menu: IntentMatcher) -> None:
     assert (match.name, match.score, match.example) == ("balance", 1.0, "account balance")
 
 
+@pytest.mark.parametrize("tense", ["i wanted to", "i needed to", "i was wanting to"])
+def test_a_request_in_another_tense_is_the_example_itself(menu: IntentMatcher, tense: str) -> None:
+    """"I wanted to talk to an agent" is the request "talk to an agent" (as "I want to" is):
+    its verb carries no intent, so the words are the dialplan's own and may end the call or
+    transfer it without a confirmation."""
+    match = menu.match(f"{tense} talk to an agent")
+    assert match is not None and (match.name, match.score) == ("agent", 1.0)
+
+
 def test_extra_words_lower_the_score(menu: IntentMatcher) -> None:
     """Words the example does not explain cost a little, so a cleaner answer scores higher."""
     clean = menu.match("opening hours")
