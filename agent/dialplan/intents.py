@@ -142,6 +142,22 @@ COLLOQUIAL = {"nope": "no", "nah": "no", "naw": "no", "yep": "yes", "yup": "yes"
 """Everyday short forms, written out before matching by words and by meaning: "nope" is the word
 "no" (and a sentence encoder does not relate it to "no thanks")."""
 
+#: "ya" after these words is "you" ("okay, see ya", "thank ya", "catch ya later"); elsewhere "yes"
+YA_AS_YOU_AFTER = frozenset({"see", "catch", "thank", "love", "bless", "to", "with", "for", "got", "get", "tell",
+                             "let", "hear", "help", "call"})
+
+
+def written_out(words: Sequence[str]) -> list[str]:
+    """*words* with the short forms of :data:`COLLOQUIAL` written out, "ya" as "you" after a verb
+    or preposition that takes it (:data:`YA_AS_YOU_AFTER`): "see ya" is a goodbye, not a yes."""
+    out: list[str] = []
+    for word in words:
+        if word == "ya" and out and out[-1] in YA_AS_YOU_AFTER:
+            out.append("you")
+        else:
+            out.extend(COLLOQUIAL.get(word, word).split())
+    return out
+
 
 def read_as_meant(words: list[str]) -> list[str]:
     """*words* with a final "by" that the recogniser wrote for "bye" (:func:`bye_spelt_by`) as
@@ -172,8 +188,8 @@ def normalize(text: str) -> list[str]:
             continue
         if len(token) == 1 and token.isdigit():
             token = DIGIT_WORDS[int(token)]
-        tokens.extend(COLLOQUIAL.get(token, token).split())
-    return read_as_meant(tokens)
+        tokens.append(token)
+    return read_as_meant(written_out(tokens))
 
 
 _INITIAL_CLUSTERS = (("kn", "n"), ("gn", "n"), ("pn", "n"), ("wr", "r"), ("ps", "s"), ("wh", "w"))

@@ -29,7 +29,7 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 
 from agent.dialplan.intent_concepts import BACKGROUND, concept_phrases
-from agent.dialplan.intents import COLLOQUIAL, read_as_meant
+from agent.dialplan.intents import read_as_meant, written_out
 
 __all__ = [
     "SemanticIndex",
@@ -149,9 +149,9 @@ def preload() -> bool:
 
 def without_fillers(text: str) -> str:
     """*text* in lower case without hesitation sounds (unchanged if nothing else is left), its
-    colloquial short forms written out (:data:`COLLOQUIAL`), read as meant (:func:`read_as_meant`)."""
+    colloquial short forms written out (:func:`written_out`), read as meant (:func:`read_as_meant`)."""
     words = [w.strip(",.!?") for w in text.lower().split()]
-    kept = [COLLOQUIAL.get(w, w) for w in words if w not in FILLERS]
+    kept = written_out([w for w in words if w not in FILLERS])
     return " ".join(read_as_meant(kept if kept else words))
 
 

@@ -384,3 +384,16 @@ def test_hang_on_is_read_as_wait_not_near_hang_up() -> None:
     assert without_fillers("Hang on, one more.") == "wait one more"
     assert IntentMatcher({"goodbye": ["hang up"], "more": ["one more thing"]}).match(
         "hang on", by_meaning=False) is None
+
+
+def test_see_ya_is_a_goodbye_not_a_yes() -> None:
+    """"ya" is "yes" on its own or first ("ya, one more"), but "you" after a verb that takes it:
+    "okay, see ya" at "anything else?" was read as "okay see yes", a yes to more help."""
+    from agent.dialplan.semantic import without_fillers
+
+    assert normalize("okay, see ya") == ["okay", "see", "you"]
+    assert normalize("thank ya, talk to ya later") == ["thank", "you", "talk", "to", "you", "later"]
+    assert normalize("ya, one more") == ["yes", "one", "more"]
+    assert without_fillers("Okay, um, see ya.") == "okay see you"
+    matcher = IntentMatcher({"goodbye": ["goodbye", "see you"], "more": ["yes", "yeah"]})
+    assert matcher.match("okay see ya", by_meaning=False).name == "goodbye"
