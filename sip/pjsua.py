@@ -25,6 +25,8 @@ application's :class:`CallHandler`.
 from __future__ import annotations
 
 import gc
+import os
+import threading
 import weakref
 from typing import Callable
 
@@ -62,6 +64,33 @@ CODEC_IDS = {
 
 #: media states of a call the far end holds (sendonly: REMOTE_HOLD; inactive: NONE)
 _HELD = (pj.PJSUA_CALL_MEDIA_REMOTE_HOLD, pj.PJSUA_CALL_MEDIA_NONE)
+
+
+class _ClockThread:
+    """Raises pjmedia's clock thread to SCHED_FIFO at its first frame (pjmedia makes the thread;
+    the ports' callbacks are the only code that runs on it). A thread with a fixed real-time
+    priority runs as soon as its tick is due instead of waiting for a core that the decoding
+    workers' bursts hold; it sleeps between ticks, so it cannot starve them."""
+
+    def __init__(self) -> None:
+        self.priority = 0
+        self.done = False
+
+    def raise_once(self) -> None:
+        self.done = True
+        if self.priority <= 0:
+            return
+        tid = threading.get_native_id()
+        try:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(self.priority))
+        except (OSError, AttributeError) as exc:
+            log.warn("pjmedia clock thread left at normal priority: SCHED_FIFO {priority} refused ({exc})",
+                     priority=self.priority, exc=exc)
+        else:
+            log.info("pjmedia clock thread {tid} runs at SCHED_FIFO {priority}", tid=tid, priority=self.priority)
+
+
+_clock_thread = _ClockThread()
 
 
 class _MediaPort(pj.AudioMediaPort):
@@ -106,6 +135,8 @@ class _MediaPort(pj.AudioMediaPort):
             log.failure("media sink failed")
 
     def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 API)
+        if not _clock_thread.done:
+            _clock_thread.raise_once()
         binding = getattr(self, "_binding", None)
         if binding is None:
             frame.type = pj.PJMEDIA_FRAME_TYPE_NONE
@@ -562,6 +593,7 @@ class SipStack:
         for attr, value in (("jbInit", self.config.jb_init_ms), ("jbMinPre", self.config.jb_min_pre_ms),
                             ("jbMaxPre", self.config.jb_max_pre_ms), ("jbMax", self.config.jb_max_ms)):
             setattr(med, attr, value)
+        _clock_thread.priority = self.config.clock_thread_priority
         ep.libInit(epc)
         self.bound_ports = create_transports(ep, self.config)
         self.bound_port = next(iter(self.bound_ports.values()))

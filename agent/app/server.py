@@ -252,7 +252,8 @@ class AgentServer:
         m = self.config.media
         cfg = SipConfig(host=s.host, port=s.port, public_address=s.public_address, codecs=s.codecs,
                         frame_ms=m.frame_ms, jb_init_ms=m.jb_init_ms, jb_min_pre_ms=m.jb_min_pre_ms,
-                        jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms, registration=s.registration,
+                        jb_max_pre_ms=m.jb_max_pre_ms, jb_max_ms=m.jb_max_ms,
+                        clock_thread_priority=m.clock_thread_priority, registration=s.registration,
                         rtp_port=s.rtp_port, rtp_port_range=s.rtp_port_range,
                         transports=s.transports, tcp_port=s.tcp_port, tls=s.tls, srtp=s.srtp,
                         session_timers=s.session_timers)

@@ -73,6 +73,16 @@ def test_first_prompt_delay_defaults_to_200_ms_and_must_not_be_negative(tmp_path
         load_config(str(p))
 
 
+def test_clock_thread_priority_defaults_to_10_and_is_checked(tmp_path):
+    assert load_config(None).media.clock_thread_priority == 10
+    p = tmp_path / "c.yaml"
+    p.write_text("media:\n  clock_thread_priority: 0\n")
+    assert load_config(str(p)).media.clock_thread_priority == 0
+    p.write_text("media:\n  clock_thread_priority: 150\n")
+    with pytest.raises(ConfigError, match=r":2:26: config.media.clock_thread_priority: expected 0 \(off\) to 99"):
+        load_config(str(p))
+
+
 def test_jitter_buffer_is_capped_at_40_ms_unless_configured(tmp_path):
     """The cap holds by default and when other jitter buffer keys are set; -1 gives pjmedia's own."""
     assert load_config(None).media.jb_max_ms == 40
