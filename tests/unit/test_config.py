@@ -63,23 +63,19 @@ def test_phrase_hints_are_on_unless_turned_off(tmp_path):
         load_config(str(p))
 
 
-def test_first_prompt_delay_defaults_to_200_ms_and_must_not_be_negative(tmp_path):
-    assert load_config(None).media.first_prompt_delay_ms == 200
+@pytest.mark.parametrize("key, default, allowed, refused, expected", [
+    ("first_prompt_delay_ms", 200, 0, -5, "expected 0 or more"),
+    ("clock_thread_priority", 10, 0, 150, r"expected 0 \(off\) to 99"),
+])
+def test_media_integers_have_their_defaults_and_ranges(tmp_path, key, default, allowed, refused, expected):
+    """The first prompt's delay (200 ms, not negative) and the clock thread's SCHED_FIFO priority
+    (10; 0 is off, at most 99)."""
+    assert getattr(load_config(None).media, key) == default
     p = tmp_path / "c.yaml"
-    p.write_text("media:\n  first_prompt_delay_ms: 0\n")
-    assert load_config(str(p)).media.first_prompt_delay_ms == 0
-    p.write_text("media:\n  first_prompt_delay_ms: -5\n")
-    with pytest.raises(ConfigError, match=r":2:26: config.media.first_prompt_delay_ms: expected 0 or more"):
-        load_config(str(p))
-
-
-def test_clock_thread_priority_defaults_to_10_and_is_checked(tmp_path):
-    assert load_config(None).media.clock_thread_priority == 10
-    p = tmp_path / "c.yaml"
-    p.write_text("media:\n  clock_thread_priority: 0\n")
-    assert load_config(str(p)).media.clock_thread_priority == 0
-    p.write_text("media:\n  clock_thread_priority: 150\n")
-    with pytest.raises(ConfigError, match=r":2:26: config.media.clock_thread_priority: expected 0 \(off\) to 99"):
+    p.write_text(f"media:\n  {key}: {allowed}\n")
+    assert getattr(load_config(str(p)).media, key) == allowed
+    p.write_text(f"media:\n  {key}: {refused}\n")
+    with pytest.raises(ConfigError, match=rf":2:{len(key) + 5}: config.media.{key}: {expected}"):
         load_config(str(p))
 
 
