@@ -26,7 +26,7 @@ class SipConfig:
     jb_min_pre_ms: int = -1
     jb_max_pre_ms: int = -1
     jb_max_ms: int = -1
-    #: SCHED_FIFO priority of pjmedia's clock thread, set at its first frame (0: left alone)
+    #: SCHED_FIFO priority of pjmedia's clock thread, set at start (0: left alone)
     clock_thread_priority: int = 0
     user_agent: str = "OpenClaw-Voice"
     #: user part of this endpoint's own SIP URI (when not registering)

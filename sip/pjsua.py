@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
 import weakref
 from typing import Callable
 
@@ -66,31 +65,33 @@ CODEC_IDS = {
 _HELD = (pj.PJSUA_CALL_MEDIA_REMOTE_HOLD, pj.PJSUA_CALL_MEDIA_NONE)
 
 
-class _ClockThread:
-    """Raises pjmedia's clock thread to SCHED_FIFO at its first frame (pjmedia makes the thread;
-    the ports' callbacks are the only code that runs on it). A thread with a fixed real-time
-    priority runs as soon as its tick is due instead of waiting for a core that the decoding
-    workers' bursts hold; it sleeps between ticks, so it cannot starve them."""
-
-    def __init__(self) -> None:
-        self.priority = 0
-        self.done = False
-
-    def raise_once(self) -> None:
-        self.done = True
-        if self.priority <= 0:
-            return
-        tid = threading.get_native_id()
+def raise_clock_threads(priority: int) -> int:
+    """Set this process's pjmedia clock threads (pjlib names them "clock") to SCHED_FIFO
+    *priority* (0: leave them alone); the number set. Each refusal is logged, and so is finding
+    none. A thread at a fixed real-time priority runs as soon as its tick is due instead of
+    waiting for a core that the decoding workers' bursts hold; it sleeps between ticks, so it
+    cannot starve them. Linux only (``/proc``)."""
+    found = raised = 0
+    if priority <= 0:
+        return raised
+    for tid in os.listdir("/proc/self/task"):
         try:
-            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(self.priority))
+            with open(f"/proc/self/task/{tid}/comm", encoding="ascii", errors="replace") as f:
+                if f.read().strip() != "clock":
+                    continue
+            found += 1
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(priority))
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
         except (OSError, AttributeError) as exc:
-            log.warn("pjmedia clock thread left at normal priority: SCHED_FIFO {priority} refused ({exc})",
-                     priority=self.priority, exc=exc)
-        else:
-            log.info("pjmedia clock thread {tid} runs at SCHED_FIFO {priority}", tid=tid, priority=self.priority)
-
-
-_clock_thread = _ClockThread()
+            log.warn("pjmedia clock thread {tid} left at normal priority: SCHED_FIFO {priority} refused ({exc})",
+                     tid=tid, priority=priority, exc=exc)
+            continue
+        log.info("pjmedia clock thread {tid} runs at SCHED_FIFO {priority}", tid=tid, priority=priority)
+        raised += 1
+    if not found:
+        log.warn("no pjmedia clock thread found: the agent's audio is paced at normal priority")
+    return raised
 
 
 class _MediaPort(pj.AudioMediaPort):
@@ -135,8 +136,6 @@ class _MediaPort(pj.AudioMediaPort):
             log.failure("media sink failed")
 
     def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 API)
-        if not _clock_thread.done:
-            _clock_thread.raise_once()
         binding = getattr(self, "_binding", None)
         if binding is None:
             frame.type = pj.PJMEDIA_FRAME_TYPE_NONE
@@ -593,11 +592,14 @@ class SipStack:
         for attr, value in (("jbInit", self.config.jb_init_ms), ("jbMinPre", self.config.jb_min_pre_ms),
                             ("jbMaxPre", self.config.jb_max_pre_ms), ("jbMax", self.config.jb_max_ms)):
             setattr(med, attr, value)
-        _clock_thread.priority = self.config.clock_thread_priority
+        # The null sound device's clock thread lives as long as the endpoint: pjsua would close it
+        # a second after the last call and start a new one (at normal priority) for the next.
+        med.sndAutoCloseTime = -1
         ep.libInit(epc)
         self.bound_ports = create_transports(ep, self.config)
         self.bound_port = next(iter(self.bound_ports.values()))
         ep.audDevManager().setNullDev()
+        raise_clock_threads(self.config.clock_thread_priority)
         self._set_codecs(ep)
         ep.libStart()
         self._ep = ep

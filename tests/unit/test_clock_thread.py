@@ -1,50 +1,68 @@
-"""pjmedia's clock thread is raised to SCHED_FIFO at its first frame (sip/pjsua.py: _ClockThread)."""
+"""pjmedia's clock threads are raised to SCHED_FIFO (sip/pjsua.py: raise_clock_threads)."""
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 
 import pytest
 
-from sip.pjsua import _ClockThread
+from sip.pjsua import raise_clock_threads
+
+_PR_SET_NAME = 15
 
 
-def _in_a_thread(fn):
+def _named_thread(name: bytes):
+    """A thread whose kernel name (comm) is *name*, waiting until released; (tid, release)."""
+    ready, release = threading.Event(), threading.Event()
     seen = {}
 
     def run():
-        fn()
-        seen["policy"] = os.sched_getscheduler(threading.get_native_id())
-        seen["priority"] = os.sched_getparam(threading.get_native_id()).sched_priority
+        ctypes.CDLL(None).prctl(_PR_SET_NAME, name, 0, 0, 0)
+        seen["tid"] = threading.get_native_id()
+        ready.set()
+        release.wait(10)
 
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    return seen
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+
+    def stop():
+        release.set()
+        thread.join()
+    return seen["tid"], stop
 
 
 def _fifo_allowed() -> bool:
-    def probe():
-        try:
-            os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(1))
-        except OSError:
-            pass
-    return _in_a_thread(probe)["policy"] == os.SCHED_FIFO
+    tid, stop = _named_thread(b"probe")
+    try:
+        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(1))
+        return os.sched_getscheduler(tid) == os.SCHED_FIFO
+    except OSError:
+        return False
+    finally:
+        stop()
 
 
-def test_the_thread_that_calls_first_runs_at_the_configured_priority_and_only_it():
+def test_the_clock_thread_runs_at_the_configured_priority_and_only_it():
     if not _fifo_allowed():
         pytest.skip("this process may not set SCHED_FIFO")
-    clock = _ClockThread()
-    clock.priority = 10
-    seen = _in_a_thread(clock.raise_once)
-    assert clock.done
-    assert (seen["policy"], seen["priority"]) == (os.SCHED_FIFO, 10)
-    assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER  # not the caller's process
+    clock, stop_clock = _named_thread(b"clock")
+    other, stop_other = _named_thread(b"worker")
+    try:
+        assert raise_clock_threads(10) == 1
+        assert (os.sched_getscheduler(clock), os.sched_getparam(clock).sched_priority) == (os.SCHED_FIFO, 10)
+        assert os.sched_getscheduler(other) == os.SCHED_OTHER
+        assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER  # not the caller's thread
+    finally:
+        stop_clock()
+        stop_other()
 
 
 def test_priority_zero_leaves_the_thread_alone():
-    clock = _ClockThread()
-    seen = _in_a_thread(clock.raise_once)
-    assert clock.done
-    assert seen["policy"] == os.SCHED_OTHER
+    clock, stop = _named_thread(b"clock")
+    try:
+        assert raise_clock_threads(0) == 0
+        assert os.sched_getscheduler(clock) == os.SCHED_OTHER
+    finally:
+        stop()
