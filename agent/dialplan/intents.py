@@ -90,7 +90,9 @@ LEXICAL_SURE_SCORE = 0.9
 """A lexical score this high is the dialplan's own words: meaning cannot overrule it."""
 
 LEXICAL_VETO_COSINE = 0.1
-"""A weaker lexical match yields to an intent this much nearer in meaning."""
+"""A weaker lexical match yields to an intent this much nearer in meaning (and to a background
+request nearer by more than :data:`BACKGROUND_MARGIN_COSINE`: "do you do business accounts" shares
+sounds with "account balance" but means a request no intent covers)."""
 
 SEMANTIC_MIN_COSINE = 0.33
 """Least cosine between a transcript and an intent's phrases for a match by meaning, unless the
@@ -100,7 +102,8 @@ SEMANTIC_MIN_MARGIN = 0.02
 """Least lead in cosine of the nearest intent over the runner-up."""
 
 BACKGROUND_MARGIN_COSINE = 0.06
-"""A background request nearer than the best intent by more than this refuses the transcript."""
+"""A background request nearer than the best intent by more than this refuses the transcript, also
+one the examples' words alone would match less than surely."""
 
 SEMANTIC_SCORE_FLOOR = 0.7
 SEMANTIC_SCORE_CEILING = 0.85
@@ -359,10 +362,12 @@ class IntentMatcher:
         if lexical is None and not _has_content_word(transcript):
             return None  # "i would like to", "can i": no request yet, whatever it resembles
         meaning = self._semantic.compare(transcript)
-        if lexical is not None and (
-            meaning.by_intent[lexical.name] >= max(meaning.by_intent.values()) - LEXICAL_VETO_COSINE
-        ):
-            return lexical
+        if lexical is not None:
+            own = meaning.by_intent[lexical.name]
+            if own >= max(meaning.by_intent.values()) - LEXICAL_VETO_COSINE and (
+                meaning.background - own <= BACKGROUND_MARGIN_COSINE
+            ):
+                return lexical
         return self._match_by_meaning(meaning)
 
     def _match_by_meaning(self, meaning: SemanticScores) -> IntentMatch | None:

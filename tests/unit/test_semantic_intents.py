@@ -117,6 +117,17 @@ def test_weak_word_match_yields_to_clearly_nearer_meaning(encoder: WordLlamaEnco
     assert match is not None and match.name == "more"
 
 
+@pytest.mark.parametrize("transcript", ["do you do business accounts", "can i open a business account"])
+def test_less_than_sure_word_match_yields_to_a_nearer_background_request(menu: IntentMatcher,
+                                                                         transcript: str) -> None:
+    """Words that sound like an example ("accounts" and "account balance") but mean a request no
+    intent covers are refused, as they would be by meaning alone."""
+    assert IntentMatcher(MENU).match(transcript) is not None
+    assert menu.match(transcript) is None, menu.scores(transcript)
+    asked = menu.match("how much money do i have in my business account")
+    assert asked is not None and asked.name == "balance"
+
+
 def test_background_request_is_kept_when_an_intent_offers_it(encoder: WordLlamaEncoder) -> None:
     """A dialplan that does handle lost cards gets them: background requests near its own
     examples are not background for that ask."""
