@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from media.convert import rms_dbfs, ulaw_to_pcm16
-from media.pcap import RtpStream, UdpPacket, packet_pcm
+from media.pcap import AUDIO_PAYLOAD_TYPES, PayloadDecoder, RtpStream, UdpPacket
 
-#: level above which a 20 ms G.711 packet counts as voiced
+#: level above which a 20 ms G.711 or G.722 packet counts as voiced
 VOICED_DBFS = -40.0
 #: pauses shorter than this stay inside one caller turn (wire-only analysis)
 CALLER_GAP_MS = 700.0
@@ -66,7 +66,7 @@ class CallTimeline:
     caller: list[Spurt] = field(default_factory=list)
     agent: list[Spurt] = field(default_factory=list)
     events: list[TurnEvent] = field(default_factory=list)
-    caller_packets: list[float] = field(default_factory=list)   # arrival times of every caller G.711 packet
+    caller_packets: list[float] = field(default_factory=list)   # arrival times of every caller G.711 or G.722 packet
     caller_voiced: list[float] = field(default_factory=list)    # ... of the voiced ones
     agent_voiced: list[float] = field(default_factory=list)     # agent's voiced packet times
     agent_packets: list[tuple[float, int, int]] = field(default_factory=list)  # every agent packet: (time, seq, ts)
@@ -77,18 +77,19 @@ class CallTimeline:
 
 
 def voiced_times(stream: RtpStream, voiced_dbfs: float = VOICED_DBFS) -> list[float]:
-    """Arrival times of the stream's voiced G.711 packets."""
+    """Arrival times of the stream's voiced G.711 and G.722 packets."""
+    decoder = PayloadDecoder()
     out = []
     for p in stream.packets:
-        pcm = packet_pcm(p)
-        if pcm is not None and rms_dbfs(pcm) > voiced_dbfs:
+        decoded = decoder.decode(p)
+        if decoded is not None and rms_dbfs(decoded[0]) > voiced_dbfs:
             out.append(p.at_s)
     return out
 
 
-def g711_times(stream: RtpStream) -> list[float]:
-    """Arrival times of all the stream's G.711 packets, voiced or not."""
-    return [p.at_s for p in stream.packets if p.payload_type in (0, 8)]
+def audio_times(stream: RtpStream) -> list[float]:
+    """Arrival times of all the stream's G.711 and G.722 packets, voiced or not."""
+    return [p.at_s for p in stream.packets if p.payload_type in AUDIO_PAYLOAD_TYPES]
 
 
 def voiced_frames(ulaw: bytes, frame_ms: int = 20, voiced_dbfs: float = VOICED_DBFS) -> list[bool]:

@@ -2,7 +2,7 @@
 
 Reads a classic pcap of SIP and RTP (``dumpcap -P -i lo -f udp``), finds each
 call's media from the SDP of its INVITE and 200 OK (SIPp's and pjsua's alike),
-classifies every G.711 packet (payload type 0 or 8) as voiced or not, and
+classifies every G.711 or G.722 packet (payload type 0, 8 or 9) as voiced or not, and
 prints per call and turn the turn latency, barge-in latency and cut-ins, then
 p50/p95/p99. See docs/latency.md.
 
@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from media.latency import (
-    AGENT_GAP_MS, CALLER_GAP_MS, VOICED_DBFS, CallTimeline, analyse, g711_times, percentile, rtp_pacing, sip_calls,
+    AGENT_GAP_MS, CALLER_GAP_MS, VOICED_DBFS, CallTimeline, analyse, audio_times, percentile, rtp_pacing, sip_calls,
     voiced_times,
 )
 from media.pcap import RtpStream, UdpPacket, parse_rtp, read_udp
@@ -55,7 +55,8 @@ def read_capture(path: str) -> list[UdpPacket]:
 
 def call_timelines(packets: list[UdpPacket], *, voiced_dbfs: float = VOICED_DBFS,
                    caller_gap_ms: float = CALLER_GAP_MS, agent_gap_ms: float = AGENT_GAP_MS) -> list[CallTimeline]:
-    """One analysed timeline per call that has SIP (offer and answer) and G.711 RTP both ways.
+    """One analysed timeline per call that has SIP (offer and answer) and G.711 or G.722 RTP both
+    ways.
 
     A call's RTP is the packets between its media ports (from the SDP), sent
     after its INVITE and before its BYE (plus a second), so ports reused by a
@@ -86,7 +87,7 @@ def call_timelines(packets: list[UdpPacket], *, voiced_dbfs: float = VOICED_DBFS
         from_caller, to_caller = streams
         tl = analyse(call.call_id, voiced_times(from_caller, voiced_dbfs), voiced_times(to_caller, voiced_dbfs),
                      caller_gap_ms=caller_gap_ms, agent_gap_ms=agent_gap_ms)
-        tl.caller_packets = g711_times(from_caller)
+        tl.caller_packets = audio_times(from_caller)
         tl.agent_packets = [(p.at_s, p.sequence, p.timestamp) for p in to_caller.packets]
         tl.started_s = call.started_s
         out.append(tl)
@@ -196,7 +197,7 @@ def main_report(args: Any) -> int:
         print(f"latency-report: {args.capture}: {e}", file=sys.stderr)
         return 2
     if not tls:
-        print(f"latency-report: {args.capture}: no call with SIP and G.711 RTP both ways found", file=sys.stderr)
+        print(f"latency-report: {args.capture}: no call with SIP and G.711 or G.722 RTP both ways found", file=sys.stderr)
         return 1
     print(json.dumps(summary(tls)) if args.json else format_report(tls))
     if args.png:

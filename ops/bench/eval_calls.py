@@ -409,6 +409,7 @@ class ItemRow:
     understood: str | None           # None for items over a prompt
     tail_overlap: bool = False       # a cut-in after the request was made and understood
     calls: int = 1                   # concurrent calls of its round
+    codec: str = "PCMU"              # the caller's codec (PCMU: 8 kHz; G722: 16 kHz)
     #: for items over a prompt: the longest pause the server's record shows the prompt made for
     #: it, in ms (0: the server did not pause; None: the record has no pauses to tell)
     hole_ms: float | None = None
@@ -461,7 +462,7 @@ def pause_bucket(pause_ms: int) -> str:
 
 def conditions_of(row: ItemRow) -> list[str]:
     f = row.step.file
-    out = ["all", f"engine {f.engine}"]
+    out = ["all", f"engine {f.engine}", f"codec {row.codec}"]
     if f.phrasing == "paused":
         out += ["paused", pause_bucket(f.pause_ms)]
     elif f.kind == INTERRUPTION:
@@ -527,12 +528,14 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
 
 
 def summarise_conditions(rows: Sequence[ItemRow]) -> dict[str, dict[str, Any]]:
-    """:func:`figures` for all items and per condition (engine, phrasing, pause length, calls)."""
+    """:func:`figures` for all items and per condition (engine, codec, phrasing, pause length,
+    calls)."""
     groups: dict[str, list[ItemRow]] = {}
     for r in rows:
         for c in conditions_of(r):
             groups.setdefault(c, []).append(r)
-    order = ["all"] + sorted(c for c in groups if c.startswith("engine ")) + [
+    order = ["all"] + sorted(c for c in groups if c.startswith("engine ")) + sorted(
+        c for c in groups if c.startswith("codec ")) + [
         c for c in ("interruption", "in-scope", "out-of-scope", "paused") if c in groups] + sorted(
         c for c in groups if c.startswith("paused ")) + [
         c for c in ("confirmation", "backchannel", "noise") if c in groups] + sorted(
@@ -580,7 +583,7 @@ def transfer_of(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def rows_of_call(steps: Sequence[EvalStep], outcomes: Sequence[ItemOutcome], record: Mapping[str, Any],
-                 cut_in_in_gap: Mapping[int, bool], calls: int) -> list[ItemRow]:
+                 cut_in_in_gap: Mapping[int, bool], calls: int, codec: str = "PCMU") -> list[ItemRow]:
     """One call's items: each step with its outcome on the wire (by item index), the transcript
     paired with it, whether the line understood it and, for an item over a prompt, the hole the
     server made in the prompt for it. A cut-in is a tail overlap (not premature) when the agent
@@ -597,7 +600,7 @@ def rows_of_call(steps: Sequence[EvalStep], outcomes: Sequence[ItemOutcome], rec
         tail = bool(o is not None and o.outcome == "cut_in" and o.latency_ms is not None
                     and not o.item.in_pause(o.item.voiced_end_s + o.latency_ms / 1000.0)
                     and cut_in_in_gap.get(k, False) and got == "yes")
-        rows.append(ItemRow(s, o, h, got, tail, calls, holes.get(k, 0.0) if told else None))
+        rows.append(ItemRow(s, o, h, got, tail, calls, codec, holes.get(k, 0.0) if told else None))
     return rows
 
 
@@ -609,4 +612,4 @@ def row_json(row: ItemRow) -> dict[str, Any]:
             "heard_at": [h.step for h in row.heard], "decisions": [h.decision for h in row.heard],
             "understood": row.understood, "outcome": o.outcome if o else "not_played",
             "latency_ms": o.latency_ms if o else None, "reply_ms": o.reply_ms if o else None,
-            "tail_overlap": row.tail_overlap, "calls": row.calls, "hole_ms": row.hole_ms}
+            "tail_overlap": row.tail_overlap, "calls": row.calls, "codec": row.codec, "hole_ms": row.hole_ms}

@@ -1,6 +1,8 @@
 """ops/bench/turn-latency's summary: where the agent cut in on a paused turn."""
 from __future__ import annotations
 
+import os
+
 from media.latency import ItemOutcome, PlayedItem
 from tests.bench import load_bench
 
@@ -48,3 +50,40 @@ def test_a_time_is_in_a_gap_between_voiced_packets_not_inside_one():
     voiced = [1.00, 1.02, 1.04, 1.15, 1.17]   # a 90 ms gap after the packet of 1.04-1.06 s
     assert bench.in_gap(voiced, 1.10) and bench.in_gap(voiced, 1.065) and bench.in_gap(voiced, 0.5)
     assert not bench.in_gap(voiced, 1.05) and not bench.in_gap(voiced, 1.16)
+
+
+def test_g722_rounds_offer_g722_stream_encoded_files_and_score_their_own_voiced_span(tmp_path):
+    """A G.722 round: the scenario offers payload type 9 (G722/8000) instead of PCMU and streams
+    each item's .g722 copy with that payload type; the copy is the 16 kHz rendering encoded at
+    64 kbit/s (160 bytes per 20 ms, as SIPp sends it), and the item's voiced start and end are
+    read from that copy decoded, not from the 8 kHz file's manifest entry."""
+    import wave
+
+    import numpy as np
+
+    from ops.bench import eval_calls as ec
+
+    bench = load_bench()
+    path = str(tmp_path / "item16k.wav")
+    t = np.arange(16000) / 16000.0
+    tone = np.where((t >= 0.2) & (t < 0.6), 8000 * np.sin(2 * np.pi * 300 * t), 0).astype("<i2")
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(tone.tobytes())
+    item = ec.EvalFile("item", str(tmp_path / "item8k.wav"), path, "turn", "in-scope", "check my balance",
+                       "balance", "flite", "kal16", 1.0, 1000, 100, 900, (), 0)
+    steps = [ec.EvalStep(500, item, "balance")]
+    media = str(tmp_path / "media")
+    os.makedirs(media)
+    bench.write_media(steps, media, "G722")
+    with open(os.path.join(media, "item.g722"), "rb") as f:
+        assert len(f.read()) == 8000  # 1 s at 64 kbit/s
+    truth = bench.with_g722_truth(steps, media)[0].file
+    assert (truth.voiced_start_ms, truth.voiced_end_ms) == (200, 620)  # the codec's delay: one more packet
+    xml = bench.scenario_xml(steps, media, codec="G722")
+    assert "m=audio [rtpstream_audio_port] RTP/AVP 9 101" in xml and "a=rtpmap:9 G722/8000" in xml
+    assert "PCMU" not in xml.split("<scenario")[1] and f'rtp_stream="{media}/item.g722,1,9"' in xml
+    assert 'item.ulaw,1,0"' in bench.scenario_xml(steps, media)
+    assert [bench.round_codec("both", r) for r in (1, 2, 3)] == ["PCMU", "G722", "PCMU"]

@@ -176,7 +176,13 @@ def test_figures_by_condition():
     assert table["engine espeak-ng"]["understood"] == [0, 1]
     assert table["paused 400-549 ms"]["paused_turns"] == 2
     assert table["out-of-scope"]["understood"] == [1, 1] and "4 calls" in table
+    assert table["codec PCMU"]["understood"] == [3, 4]
     assert "premature cut-ins" in ec.format_conditions(table)
+    # a G.722 round's rows: their own codec row, beside the PCMU round's
+    wideband = ec.rows_of_call(steps, outs, record, {3: True}, calls=4, codec="G722")
+    both = ec.summarise_conditions(rows + wideband)
+    assert both["codec G722"]["understood"] == [3, 4] and both["all"]["understood"] == [6, 8]
+    assert list(both).index("codec G722") < list(both).index("codec PCMU") < list(both).index("interruption")
 
 
 def test_false_stops_are_the_holes_the_server_made_in_its_prompt():

@@ -299,6 +299,52 @@ def test_call_timelines_keep_calls_on_reused_ports_apart():
     assert len(tls[1].caller_packets) == 51 and tls[1].started_s == 10.0
 
 
+def g722_packets(start_s: float, sport: int, dport: int, levels: list[int]) -> list[UdpPacket]:
+    """A G.722 stream (payload type 9) of 20 ms packets, one 400 Hz tone of each amplitude in
+    *levels* (0: silence), encoded as one stream as a phone would (the ADPCM state carries over)."""
+    from G722 import G722
+
+    import numpy as np
+
+    encoder = G722(16000, 64000)
+    t = np.arange(320) / 16000.0
+    out = []
+    for k, amplitude in enumerate(levels):
+        pcm = (amplitude * np.sin(2 * np.pi * 400 * (t + k * 0.02))).astype(np.int16)
+        header = struct.pack("!BBHII", 0x80, 9, k & 0xFFFF, k * 160, 0x4321 + sport)
+        out.append(UdpPacket(start_s + k * 0.02, "127.0.0.1", sport, "127.0.0.1", dport, header + encoder.encode(pcm)))
+    return out
+
+
+def test_g722_calls_are_read_like_g711_ones():
+    """A call whose both sides send G.722 (payload type 9) has its turn found: the caller's
+    packets are all counted, voiced ones told from silent ones after decoding the stream. The
+    codec's filters delay the sound by ~1.5 ms, so the packet after the caller's last one with
+    tone still carries its end (-27 dBFS): the turn ends 20 ms later than the tone was sent."""
+    pk = [invite(0.0, "w", 6000), ok(0.05, "w", 4000)]
+    pk += g722_packets(1.0, 6000, 4000, [8000] * 25 + [0] * 25)           # tone in 1.00-1.48
+    pk += g722_packets(1.0, 4000, 6000, [0] * 34 + [6000] * 16)            # the agent from 1.68
+    tls = call_timelines(pk)
+    assert len(tls) == 1 and [e.kind for e in tls[0].events] == ["turn"]
+    assert tls[0].events[0].latency_ms == pytest.approx(180.0, abs=0.01)
+    assert len(tls[0].caller_packets) == 50 and len(tls[0].caller_voiced) == 26
+
+
+def test_g722_stream_audio_is_decoded_in_order():
+    """RtpStream.audio decodes G.722 with its state carried over: a tone comes back at its level."""
+    from media.pcap import RtpStream, parse_rtp
+
+    pk = g722_packets(0.0, 6000, 4000, [8000] * 10)
+    stream = RtpStream("127.0.0.1", 6000, "127.0.0.1", 4000, 0, [parse_rtp(p.at_s, p.payload) for p in pk])
+    pcm16k = stream.audio(16000)
+    assert len(pcm16k) == 10 * 640
+    from media.convert import rms_dbfs
+
+    # the tone's RMS is 8000 / sqrt(2) = 5657, -15.3 dBFS; the codec's first packet is its ramp-up
+    assert rms_dbfs(pcm16k[640:]) == pytest.approx(-15.3, abs=0.5)
+    assert len(stream.audio(8000)) == 10 * 320
+
+
 def test_call_timelines_from_a_pcap_file(tmp_path):
     """A classic pcap (raw IPv4 link type) with one call: read_capture + call_timelines find the turn."""
     tls = call_timelines(read_capture(one_call_capture(tmp_path)))
