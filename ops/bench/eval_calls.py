@@ -462,7 +462,7 @@ def pause_bucket(pause_ms: int) -> str:
 
 def conditions_of(row: ItemRow) -> list[str]:
     f = row.step.file
-    out = ["all", f"engine {f.engine}", f"codec {row.codec}"]
+    out = ["all", f"engine {f.engine}", f"voice {f.engine}/{f.voice}", f"codec {row.codec}"]
     if f.phrasing == "paused":
         out += ["paused", pause_bucket(f.pause_ms)]
     elif f.kind == INTERRUPTION:
@@ -528,13 +528,20 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
 
 
 def summarise_conditions(rows: Sequence[ItemRow]) -> dict[str, dict[str, Any]]:
-    """:func:`figures` for all items and per condition (engine, codec, phrasing, pause length,
-    calls)."""
+    """:func:`figures` for all items and per condition (engine, voice, codec, phrasing, pause
+    length, calls)."""
     groups: dict[str, list[ItemRow]] = {}
     for r in rows:
         for c in conditions_of(r):
             groups.setdefault(c, []).append(r)
+    # a voice row where its engine has several voices (flite's); else it is the engine's row again
+    voices_of: dict[str, int] = {}
+    for c in groups:
+        if c.startswith("voice "):
+            engine = c[len("voice "):].split("/")[0]
+            voices_of[engine] = voices_of.get(engine, 0) + 1
     order = ["all"] + sorted(c for c in groups if c.startswith("engine ")) + sorted(
+        c for c in groups if c.startswith("voice ") and voices_of[c[len("voice "):].split("/")[0]] > 1) + sorted(
         c for c in groups if c.startswith("codec ")) + [
         c for c in ("interruption", "in-scope", "out-of-scope", "paused") if c in groups] + sorted(
         c for c in groups if c.startswith("paused ")) + [

@@ -177,6 +177,12 @@ def test_figures_by_condition():
     assert table["paused 400-549 ms"]["paused_turns"] == 2
     assert table["out-of-scope"]["understood"] == [1, 1] and "4 calls" in table
     assert table["codec PCMU"]["understood"] == [3, 4]
+    assert not any(c.startswith("voice ") for c in table)   # one voice per engine: the engine's row
+    voiced = [replace(r, step=replace(r.step, file=replace(r.step.file, voice="awb"))) if k == 0 else r
+              for k, r in enumerate(rows)]
+    by_voice = ec.summarise_conditions(voiced)
+    assert by_voice["voice flite/awb"]["understood"] == [1, 1] and by_voice["voice flite/v"]["understood"] == [2, 2]
+    assert "voice espeak-ng/v" not in by_voice
     assert "premature cut-ins" in ec.format_conditions(table)
     # a G.722 round's rows: their own codec row, beside the PCMU round's
     wideband = ec.rows_of_call(steps, outs, record, {3: True}, calls=4, codec="G722")
