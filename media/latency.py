@@ -71,6 +71,7 @@ class CallTimeline:
     agent_voiced: list[float] = field(default_factory=list)     # agent's voiced packet times
     agent_packets: list[tuple[float, int, int]] = field(default_factory=list)  # every agent packet: (time, seq, ts)
     started_s: float | None = None                              # capture time of the call's INVITE
+    codec: str = ""                                             # the caller's codec: PCMU, PCMA or G722
 
 
 # --------------------------------------------------------------------------- levels
@@ -85,6 +86,18 @@ def voiced_times(stream: RtpStream, voiced_dbfs: float = VOICED_DBFS) -> list[fl
         if decoded is not None and rms_dbfs(decoded[0]) > voiced_dbfs:
             out.append(p.at_s)
     return out
+
+
+CODEC_NAMES = {0: "PCMU", 8: "PCMA", 9: "G722"}
+
+
+def codec_of(stream: RtpStream) -> str:
+    """The codec of the stream's audio packets (the commonest, if it changed), "" if none."""
+    counts: dict[int, int] = {}
+    for p in stream.packets:
+        if p.payload_type in AUDIO_PAYLOAD_TYPES:
+            counts[p.payload_type] = counts.get(p.payload_type, 0) + 1
+    return CODEC_NAMES[max(counts, key=counts.__getitem__)] if counts else ""
 
 
 def audio_times(stream: RtpStream) -> list[float]:

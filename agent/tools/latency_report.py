@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from media.latency import (
-    AGENT_GAP_MS, CALLER_GAP_MS, VOICED_DBFS, CallTimeline, analyse, audio_times, percentile, rtp_pacing, sip_calls,
+    AGENT_GAP_MS, CALLER_GAP_MS, VOICED_DBFS, CallTimeline, analyse, audio_times, codec_of, percentile, rtp_pacing, sip_calls,
     voiced_times,
 )
 from media.pcap import RtpStream, UdpPacket, parse_rtp, read_udp
@@ -88,6 +88,7 @@ def call_timelines(packets: list[UdpPacket], *, voiced_dbfs: float = VOICED_DBFS
         tl = analyse(call.call_id, voiced_times(from_caller, voiced_dbfs), voiced_times(to_caller, voiced_dbfs),
                      caller_gap_ms=caller_gap_ms, agent_gap_ms=agent_gap_ms)
         tl.caller_packets = audio_times(from_caller)
+        tl.codec = codec_of(from_caller)
         tl.agent_packets = [(p.at_s, p.sequence, p.timestamp) for p in to_caller.packets]
         tl.started_s = call.started_s
         out.append(tl)
@@ -132,7 +133,8 @@ def summary(tls: list[CallTimeline]) -> dict[str, Any]:
 def format_report(tls: list[CallTimeline]) -> str:
     lines = []
     for t in tls:
-        lines.append(f"call {t.call_id}: {len(t.caller)} caller spurts, {len(t.agent)} agent spurts")
+        lines.append(f"call {t.call_id} ({t.codec or 'no audio'}): {len(t.caller)} caller spurts, "
+                     f"{len(t.agent)} agent spurts")
         t0 = min([s.start_s for s in t.caller + t.agent] or [0.0])
         for e in t.events:
             lines.append(f"  {e.at_s - t0:8.3f} s  {e.kind:<9} {e.latency_ms:8.1f} ms  {e.detail}")

@@ -296,7 +296,7 @@ def test_call_timelines_keep_calls_on_reused_ports_apart():
     assert [t.call_id for t in tls] == ["one", "two"]
     assert [e.latency_ms for e in tls[0].events] == pytest.approx([300.0])
     assert [e.latency_ms for e in tls[1].events] == pytest.approx([160.0])
-    assert len(tls[1].caller_packets) == 51 and tls[1].started_s == 10.0
+    assert len(tls[1].caller_packets) == 51 and tls[1].started_s == 10.0 and tls[1].codec == "PCMU"
 
 
 def g722_packets(start_s: float, sport: int, dport: int, levels: list[int]) -> list[UdpPacket]:
@@ -328,6 +328,7 @@ def test_g722_calls_are_read_like_g711_ones():
     assert len(tls) == 1 and [e.kind for e in tls[0].events] == ["turn"]
     assert tls[0].events[0].latency_ms == pytest.approx(180.0, abs=0.01)
     assert len(tls[0].caller_packets) == 50 and len(tls[0].caller_voiced) == 26
+    assert tls[0].codec == "G722" and format_report(tls).startswith("call w (G722): ")
 
 
 def test_g722_stream_audio_is_decoded_in_order():
