@@ -27,10 +27,14 @@ class ScriptedTranscriber:
         self.calls: list[int] = []
         #: the readings asked for, per call
         self.asked: list[int] = []
+        #: the piece before given, per call: (its audio's length, its words), or None
+        self.before: list[tuple[int, str] | None] = []
 
-    def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False) -> Transcript:
+    def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False,
+                   before: tuple[bytes, str] | None = None) -> Transcript:
         self.calls.append(len(pcm16k))
         self.asked.append(alternatives)
+        self.before.append(None if before is None else (len(before[0]), before[1]))
         return Transcript(self.text, 0.8, self.alternatives[:alternatives - 1],
                           sentence_end=self.sentence_end if sentence_end else None, question=self.question)
 
@@ -189,6 +193,26 @@ def test_a_sentence_mark_stands_only_until_the_voice_goes_on() -> None:
     assert len(whisper.calls) == 2
 
 
+def test_a_piece_said_just_after_another_is_judged_with_it() -> None:
+    """When punctuating, an utterance that began within BEFORE_MAX_GAP_MS of the last one's end
+    (a caller's pause inside a sentence: "can I get | someone on the line") has its sentence end
+    judged with the piece before it: Whisper is given that piece's audio, the silence between
+    and its final words. The first utterance, one after a longer gap, and a stream not asked to
+    punctuate are judged alone."""
+    def befores(gap_ms: int, punctuate: bool = True) -> list[tuple[int, str] | None]:
+        whisper = ScriptedTranscriber("can i get", sentence_end=0.9)
+        decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, None, punctuate=punctuate)
+        run(decoder, silence(200) + tone(600) + silence(gap_ms) + tone(500) + silence(600))
+        return whisper.before
+
+    near = befores(700)
+    assert near[0] is None and near[-1] is not None and near[-1][1] == "can i get"
+    first_piece_bytes = 32 * 600  # at least its 600 ms of voice, at 16 kHz
+    assert near[-1][0] > first_piece_bytes
+    assert all(b is None for b in befores(2500))
+    assert all(b is None for b in befores(700, punctuate=False))
+
+
 def test_whisper_saying_nothing_gives_no_final() -> None:
     decoder = OpenSpeechDecoder(WordsDecoder("salad"), ScriptedTranscriber(""), None)
     events = run(decoder, silence(200) + tone(600) + silence(500))
@@ -255,6 +279,28 @@ def test_the_bundled_model_is_surer_of_a_sentences_end_than_of_a_pause_inside_it
     assert whole.sentence_end is not None and half.sentence_end is not None
     assert 0.0 <= half.sentence_end < whole.sentence_end <= 1.0, (half, whole)
     assert whisper.transcribe(line("my card was stolen yesterday")).sentence_end is None
+
+
+def test_the_bundled_model_is_surer_of_a_second_pieces_end_with_the_first_piece_before_it() -> None:
+    """"a person on the line" read alone is not sure to be a sentence; after "can I get" and a
+    400 ms pause it ends one, a question: given the piece before, the sentence-end probability
+    passes SENTENCE_END_MIN_PROBABILITY (0.32 -> 0.86 measured), and the words read are the same."""
+    from agent.speech.server.open_speech import SENTENCE_END_MIN_PROBABILITY as sure
+    from agent.speech.server.whisper import WhisperTranscriber
+    from media import convert
+
+    whisper = WhisperTranscriber()
+
+    def line(text: str) -> bytes:
+        narrow = convert.resample(_flite_16k(text), 16000, 8000)
+        return bytes(3200) + convert.resample(convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(narrow)), 8000, 16000)
+
+    first, second = line("can i get"), line("a person on the line")
+    alone = whisper.transcribe(second, alternatives=4, sentence_end=True)
+    judged = whisper.transcribe(second, alternatives=4, sentence_end=True, before=(first + bytes(2 * 16 * 400), "can i get"))
+    assert judged.text == alone.text and "person on the line" in alone.text
+    assert alone.sentence_end is not None and judged.sentence_end is not None
+    assert alone.sentence_end < sure <= judged.sentence_end and judged.question, (alone, judged)
 
 
 def test_a_tone_is_not_speech() -> None:

@@ -39,8 +39,17 @@ WHISPER_OVER_HINTS_MIN_CONFIDENCE = 0.5
 SENTENCE_END_MIN_PROBABILITY = 0.5
 
 
+#: an utterance that ended at most this long (ms) before the next one began is the first piece
+#: of the same sentence as far as the sentence end goes: Whisper judges the next one's end over
+#: both (a caller's pause inside a turn: docs/latency.md, "Paused turns")
+BEFORE_MAX_GAP_MS = 1000
+#: at most this much of the first piece's audio (and the silence after it) is read with it
+BEFORE_MAX_AUDIO_BYTES = 2 * 16000 * 8
+
+
 class Transcriber(Protocol):
-    def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False) -> Transcript: ...
+    def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False,
+                   before: tuple[bytes, str] | None = None) -> Transcript: ...
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,11 @@ class OpenSpeechDecoder:
         #: and at its end (the judge counts the end of sentence there); judged once per run
         self._whisper_off_hints = (False, False)
         self._accepted: bool | None = None
+        #: the last utterance's final words and audio; for this one, the audio (silence between
+        #: included) and words of the one before when it ended just before (BEFORE_MAX_GAP_MS)
+        self._last_words = ""
+        self._last_audio = b""
+        self._before: tuple[bytes, str] | None = None
         #: utterances whose final words were Whisper's / pocketsphinx's; Whisper runs
         self.whisper_finals = 0
         self.decoder_finals = 0
@@ -95,6 +109,16 @@ class OpenSpeechDecoder:
         self._voice_since = False
         self._whisper_off_hints = (False, False)
         self._accepted = None
+        self._before = None
+
+    def after_gap(self, gap_ms: float | None) -> None:
+        """The utterance just begun started *gap_ms* after the previous one ended (None: it is
+        the stream's first)."""
+        if gap_ms is None or gap_ms > BEFORE_MAX_GAP_MS or not self._last_words:
+            self._before = None
+            return
+        audio = self._last_audio + bytes(2 * 16 * int(gap_ms))
+        self._before = (audio[-BEFORE_MAX_AUDIO_BYTES:], self._last_words)
 
     def on_voice(self) -> None:
         """The caller's voice goes on (after the last checkpoint's words, if any)."""
@@ -121,6 +145,9 @@ class OpenSpeechDecoder:
             if self._whisper is None:  # the judge turned the words down only now
                 self._run_whisper()
             self.whisper_finals += 1
+        hyp = self.hyp()
+        self._last_words = " ".join(hyp.hypstr.rstrip(".?").split()) if hyp is not None else ""
+        self._last_audio = bytes(self._audio)
 
     def hyp(self) -> Any:
         if self._uses_decoder() or self._whisper is None:
@@ -170,8 +197,9 @@ class OpenSpeechDecoder:
         return self._whisper_off_hints[self._final]
 
     def _run_whisper(self) -> None:
+        context = {"before": self._before} if self._before and self._punctuate else {}
         w = self._whisper = self._transcriber.transcribe(bytes(self._audio), self._n_alternatives,
-                                                         sentence_end=self._punctuate)
+                                                         sentence_end=self._punctuate, **context)
         self._voice_since = False
         self.whisper_runs += 1
         heard = w.text.split() if w.confidence >= WHISPER_OVER_HINTS_MIN_CONFIDENCE else []

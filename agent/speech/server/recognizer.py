@@ -184,6 +184,10 @@ class UtteranceRecognizer:
         preroll_frames = self._endpointer.start_history_frames + PREROLL_PAD_MS // FRAME_MS
         self._preroll: deque[bytes] = deque(maxlen=preroll_frames)
         self._frames_seen = 0
+        #: the 20 ms frame the last utterance ended at (None: none yet)
+        self._last_end_frame: int | None = None
+        #: a decoder that reads an utterance with the one before it in mind is told the gap
+        self._after_gap: Callable[[float | None], None] | None = getattr(decoder, "after_gap", None)
         self._utterance_start_frame = 0
         self._in_utterance = False
         self._frames_since_check = 0
@@ -333,6 +337,9 @@ class UtteranceRecognizer:
         self._decoder.start_utt()
         self._in_utterance = True
         self._utterance_start_frame = self._frames_seen - len(self._preroll)
+        if self._after_gap is not None:
+            last = self._last_end_frame
+            self._after_gap(None if last is None else (self._utterance_start_frame - last) * FRAME_MS)
         self._frames_since_check = 0
         self._audio_frame_of = []
         self._audio_frames = 0
@@ -366,6 +373,7 @@ class UtteranceRecognizer:
 
     def _end_utterance(self) -> FinalHypothesis | None:
         self._in_utterance = False
+        self._last_end_frame = self._frames_seen
         if self._checkpoint is not None and self._tail.last_voiced_end_ms > self._flushed_voice_end_ms:
             self._checkpoint()  # voice since the last flush (or none was made): the second opinion is stale
         self._decoder.end_utt()

@@ -177,21 +177,18 @@ class WhisperTranscriber:
         #: utterances transcribed (for the metrics and tests)
         self.transcribed = 0
 
-    def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False) -> Transcript:
+    def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False,
+                   before: tuple[bytes, str] | None = None) -> Transcript:
         """The words of *pcm16k*; with *alternatives* > 1, a beam search of that width whose other
         hypotheses come as :attr:`Transcript.alternatives` (about a fifth more CPU at 4); with
         *sentence_end*, :attr:`Transcript.sentence_end` too (one more pass of the decoder over
-        the words, ~13 ms)."""
-        import ctranslate2
-
-        audio = np.frombuffer(pcm16k, dtype="<i2").astype(np.float32) / 32768.0
-        audio = audio[-int(MAX_AUDIO_S * SAMPLE_RATE_HZ):]
-        duration_s = len(audio) / SAMPLE_RATE_HZ
-        padded = np.zeros(len(audio) + int(TAIL_PAD_S * SAMPLE_RATE_HZ), dtype=np.float32)
-        padded[: len(audio)] = audio
-        features = self._features(padded, padding=0)
-        features = features[:, : features.shape[-1] - features.shape[-1] % 2]
-        batch = ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None]))
+        the words, ~13 ms). *before*: the audio and words of the caller's piece just before this
+        one (a pause inside the turn, the silence between included): the sentence end is then
+        judged over both pieces' audio and words (one more pass of the encoder, and two of the
+        decoder: the whole may be a question the second piece alone was not); the words
+        themselves are read from this audio alone."""
+        duration_s = min(len(pcm16k) // 2, int(MAX_AUDIO_S * SAMPLE_RATE_HZ)) / SAMPLE_RATE_HZ
+        features, batch = self._batch_of(pcm16k)
         with self._lock:
             encoded = self._model.encode(batch)
             result = self._model.generate(
@@ -202,8 +199,14 @@ class WhisperTranscriber:
                 max_length=2 * int(BASE_TOKENS + TOKENS_PER_S * duration_s),
                 repetition_penalty=REPETITION_PENALTY,
             )[0]
-            end, question = (self._sentence_end(encoded, result.sequences_ids[0], features.shape[-1])
-                             if sentence_end else (None, False))
+            if sentence_end and before:
+                # judged over the first piece's audio and words, then this audio and its words
+                whole, whole_batch = self._batch_of(before[0] + pcm16k)
+                end, question = self._sentence_end(self._model.encode(whole_batch), result.sequences_ids[0],
+                                                   whole.shape[-1], before[1])
+            else:
+                end, question = (self._sentence_end(encoded, result.sequences_ids[0], features.shape[-1])
+                                 if sentence_end else (None, False))
             self.transcribed += 1
         texts = [self._words(ids) for ids in result.sequences_ids]
         tokens = [t for t in result.sequences_ids[0] if t < self._eot]
@@ -213,11 +216,14 @@ class WhisperTranscriber:
         return Transcript(text=texts[0], confidence=round(min(1.0, max(0.0, confidence)), 4), alternatives=others,
                           sentence_end=end, question=question)
 
-    def _sentence_end(self, encoded: object, ids: list[int], frames: int) -> tuple[float, bool]:
+    def _sentence_end(self, encoded: object, ids: list[int], frames: int, before: str = "") -> tuple[float, bool]:
         """The probability of a sentence mark right after the last word of *ids* (the mark
         Whisper wrote there if it is "?" or "!", else a full stop): the decoder's own reading of
         the voice and the words, computed in one teacher-forced pass (``align``). 0 when the
-        words were cut (:func:`cut_repeat`): a made-up continuation says nothing of the end."""
+        words were cut (:func:`cut_repeat`): a made-up continuation says nothing of the end.
+        With *before* (the words of a first piece, whose audio *encoded* begins with), the
+        words are read after them and the probability is that of a full stop or a question
+        mark."""
         last = max((i for i, t in enumerate(ids) if t < self._eot and any(c.isalnum() for c in self._tokenizer.decode([t]))),
                    default=-1)
         if last < 0:
@@ -227,8 +233,36 @@ class WhisperTranscriber:
         if len(cut_repeat(said)) != len(said):
             return 0.0, False
         mark = ids[last + 1] if last + 1 < len(ids) and ids[last + 1] in self._marks else self._full_stop
+        if before:
+            said_before = before.split()
+            said_before[0] = said_before[0][:1].upper() + said_before[0][1:]
+            written = " ".join("I" if w == "i" else ("I" + w[1:] if w.startswith("i'") else w) for w in said_before)
+            rest = self._tokenizer.decode(words).strip()
+            if rest and not (rest.startswith("I ") or rest.startswith("I'")):
+                rest = rest[:1].lower() + rest[1:]
+            words = self._tokenizer.encode(" " + written + " " + rest, add_special_tokens=False).ids
+        if before:
+            # the whole sentence may be a question the second piece alone was not ("can I | get
+            # someone on the line"): the probability of either mark
+            full = self._model.align(encoded, self._prompt, [words + [self._full_stop]], frames)[0]
+            quest = self._model.align(encoded, self._prompt, [words + [self._question]], frames)[0]
+            p_full, p_quest = float(full.text_token_probs[-1]), float(quest.text_token_probs[-1])
+            return round(p_full + p_quest, 4), p_quest > p_full
         aligned = self._model.align(encoded, self._prompt, [words + [mark]], frames)[0]
         return round(float(aligned.text_token_probs[-1]), 4), mark == self._question
+
+    def _batch_of(self, pcm16k: bytes) -> tuple[np.ndarray, object]:
+        """The log-mel features of *pcm16k* (its last :data:`MAX_AUDIO_S`, :data:`TAIL_PAD_S` of
+        silence after) and the encoder's input made of them."""
+        import ctranslate2
+
+        audio = np.frombuffer(pcm16k, dtype="<i2").astype(np.float32) / 32768.0
+        audio = audio[-int(MAX_AUDIO_S * SAMPLE_RATE_HZ):]
+        padded = np.zeros(len(audio) + int(TAIL_PAD_S * SAMPLE_RATE_HZ), dtype=np.float32)
+        padded[: len(audio)] = audio
+        features = self._features(padded, padding=0)
+        features = features[:, : features.shape[-1] - features.shape[-1] % 2]
+        return features, ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None]))
 
     def _words(self, ids: list[int]) -> str:
         tokens = [t for t in ids if t < self._eot]
