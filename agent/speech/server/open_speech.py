@@ -41,7 +41,7 @@ SENTENCE_END_MIN_PROBABILITY = 0.5
 
 #: an utterance that ended at most this long (ms) before the next one began is the first piece
 #: of the same sentence as far as the sentence end goes: Whisper judges the next one's end over
-#: both (a caller's pause inside a turn: docs/latency.md, "Paused turns")
+#: both (a caller's pause inside a turn: docs/latency.md, "A second piece is judged with the first")
 BEFORE_MAX_GAP_MS = 1000
 #: at most this much of the first piece's audio (and the silence after it) is read with it
 BEFORE_MAX_AUDIO_BYTES = 2 * 16000 * 8
@@ -117,7 +117,7 @@ class OpenSpeechDecoder:
         if gap_ms is None or gap_ms > BEFORE_MAX_GAP_MS or not self._last_words:
             self._before = None
             return
-        audio = self._last_audio + bytes(2 * 16 * int(gap_ms))
+        audio = self._last_audio + bytes(2 * 16 * max(0, int(gap_ms)))
         self._before = (audio[-BEFORE_MAX_AUDIO_BYTES:], self._last_words)
 
     def on_voice(self) -> None:
