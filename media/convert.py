@@ -1,12 +1,16 @@
-"""PCM conversions for the whole project: levels, resampling and G.711.
+"""PCM conversions for the whole project: levels, resampling, G.711 and G.722.
 
 All functions take and return 16-bit signed little-endian mono PCM (``pcm16``) unless
 their name says otherwise. This is the one module that imports ``audioop``: it is in the
 standard library up to Python 3.12 and comes from the ``audioop-lts`` package on 3.13+.
+G.722 (for packet captures and the benches' callers; pjmedia codes the calls' own) comes from
+the ``G722`` package (ITU G.722, public domain).
 """
 from __future__ import annotations
 
+import array
 import math
+import sys
 import warnings
 
 with warnings.catch_warnings():
@@ -104,3 +108,42 @@ def pcm16_to_ulaw(pcm: bytes) -> bytes:
 def pcm16_to_alaw(pcm: bytes) -> bytes:
     """Encode pcm16 to G.711 A-law bytes."""
     return audioop.lin2alaw(pcm, SAMPLE_WIDTH_BYTES)
+
+
+#: G.722 as RTP carries it: 16 kHz audio at 64 kbit/s
+G722_RATE_HZ = 16000
+G722_BIT_RATE = 64000
+
+
+def _g722() -> object:
+    from G722 import G722
+
+    return G722(G722_RATE_HZ, G722_BIT_RATE)
+
+
+def _le_bytes(samples: object) -> bytes:
+    """An ``array('h')`` of samples as pcm16 (little-endian whatever the machine)."""
+    if sys.byteorder == "big":
+        samples.byteswap()  # type: ignore[attr-defined]
+    return samples.tobytes()  # type: ignore[attr-defined,no-any-return]
+
+
+def pcm16_to_g722(pcm16k: bytes) -> bytes:
+    """Encode 16 kHz pcm16 to G.722 at 64 kbit/s, as one stream (a phone's encoder)."""
+    samples = array.array("h", pcm16k)
+    if sys.byteorder == "big":
+        samples.byteswap()
+    return bytes(_g722().encode(samples))  # type: ignore[attr-defined]
+
+
+class G722Decoder:
+    """Decodes one G.722 stream to 16 kHz pcm16, its packets in order: the sub-band ADPCM's
+    adaptive state carries from one to the next, so a stream must not be decoded packet by
+    packet with fresh decoders."""
+
+    def __init__(self) -> None:
+        self._codec = _g722()
+
+    def decode(self, data: bytes) -> bytes:
+        return _le_bytes(self._codec.decode(data))  # type: ignore[attr-defined]
+

@@ -107,8 +107,13 @@ def audio_times(stream: RtpStream) -> list[float]:
 
 def voiced_frames(ulaw: bytes, frame_ms: int = 20, voiced_dbfs: float = VOICED_DBFS) -> list[bool]:
     """Per *frame_ms* frame of 8 kHz µ-law audio: is it voiced? (the last partial frame counts)."""
-    step = 8 * frame_ms
-    return [rms_dbfs(ulaw_to_pcm16(ulaw[i:i + step])) > voiced_dbfs for i in range(0, len(ulaw), step)]
+    return voiced_pcm_frames(ulaw_to_pcm16(ulaw), 8000, frame_ms, voiced_dbfs)
+
+
+def voiced_pcm_frames(pcm: bytes, rate_hz: int, frame_ms: int = 20, voiced_dbfs: float = VOICED_DBFS) -> list[bool]:
+    """Per *frame_ms* frame of pcm16 at *rate_hz*: is it voiced? (the last partial frame counts)."""
+    step = 2 * rate_hz * frame_ms // 1000
+    return [rms_dbfs(pcm[i:i + step]) > voiced_dbfs for i in range(0, len(pcm), step)]
 
 
 def voiced_intervals_ms(ulaw: bytes, *, frame_ms: int = 20, voiced_dbfs: float = VOICED_DBFS,

@@ -6,11 +6,10 @@ Used by tests and benchmarks to hear what actually crossed the wire.
 from __future__ import annotations
 
 import struct
-import sys
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterator
+from typing import BinaryIO, Iterator
 
-from media.convert import alaw_to_pcm16, resample, ulaw_to_pcm16
+from media.convert import G722_RATE_HZ, G722Decoder, alaw_to_pcm16, resample, ulaw_to_pcm16
 
 _LINKTYPE_NULL = 0
 _LINKTYPE_ETHERNET = 1
@@ -73,11 +72,10 @@ def packet_pcm(packet: RtpPacket) -> bytes | None:
 
 class PayloadDecoder:
     """Decodes one stream's packets, given in order: G.711 packet by packet (8 kHz), G.722 with
-    the adaptive state its sub-band ADPCM carries from packet to packet (16 kHz, 64 kbit/s, the
-    ``G722`` library: ITU G.722, public domain)."""
+    the state it carries from packet to packet (16 kHz: :class:`media.convert.G722Decoder`)."""
 
     def __init__(self) -> None:
-        self._g722: Any = None
+        self._g722: G722Decoder | None = None
 
     def decode(self, packet: RtpPacket) -> tuple[bytes, int] | None:
         """(16-bit PCM, its sample rate) of *packet*, or None for another payload type."""
@@ -87,13 +85,8 @@ class PayloadDecoder:
         if packet.payload_type != G722:
             return None
         if self._g722 is None:
-            from G722 import G722 as Codec
-
-            self._g722 = Codec(16000, 64000)
-        samples = self._g722.decode(packet.payload)
-        if sys.byteorder == "big":
-            samples.byteswap()
-        return samples.tobytes(), 16000
+            self._g722 = G722Decoder()
+        return self._g722.decode(packet.payload), G722_RATE_HZ
 
 
 def _runs_of_one_rate(frames: list[tuple[bytes, int]]) -> Iterator[tuple[bytes, int]]:

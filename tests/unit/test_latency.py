@@ -302,17 +302,18 @@ def test_call_timelines_keep_calls_on_reused_ports_apart():
 def g722_packets(start_s: float, sport: int, dport: int, levels: list[int]) -> list[UdpPacket]:
     """A G.722 stream (payload type 9) of 20 ms packets, one 400 Hz tone of each amplitude in
     *levels* (0: silence), encoded as one stream as a phone would (the ADPCM state carries over)."""
-    from G722 import G722
-
     import numpy as np
 
-    encoder = G722(16000, 64000)
-    t = np.arange(320) / 16000.0
+    from media.convert import pcm16_to_g722
+
+    t = np.arange(320 * len(levels)) / 16000.0
+    amplitude = np.repeat(np.array(levels, dtype=float), 320)
+    payload = pcm16_to_g722((amplitude * np.sin(2 * np.pi * 400 * t)).astype("<i2").tobytes())
     out = []
-    for k, amplitude in enumerate(levels):
-        pcm = (amplitude * np.sin(2 * np.pi * 400 * (t + k * 0.02))).astype(np.int16)
+    for k in range(len(levels)):
         header = struct.pack("!BBHII", 0x80, 9, k & 0xFFFF, k * 160, 0x4321 + sport)
-        out.append(UdpPacket(start_s + k * 0.02, "127.0.0.1", sport, "127.0.0.1", dport, header + encoder.encode(pcm)))
+        out.append(UdpPacket(start_s + k * 0.02, "127.0.0.1", sport, "127.0.0.1", dport,
+                             header + payload[k * 160:(k + 1) * 160]))
     return out
 
 

@@ -90,11 +90,11 @@ class OpenSpeechDecoder:
         #: and at its end (the judge counts the end of sentence there); judged once per run
         self._whisper_off_hints = (False, False)
         self._accepted: bool | None = None
-        #: the last utterance's final words and audio; for this one, the audio (silence between
-        #: included) and words of the one before when it ended just before (BEFORE_MAX_GAP_MS)
+        #: when punctuating: the last utterance's final words and audio, and the silence between
+        #: it and this one when that was short enough for this one to go on from it (ms; None)
         self._last_words = ""
         self._last_audio = b""
-        self._before: tuple[bytes, str] | None = None
+        self._gap_ms: int | None = None
         #: utterances whose final words were Whisper's / pocketsphinx's; Whisper runs
         self.whisper_finals = 0
         self.decoder_finals = 0
@@ -109,16 +109,15 @@ class OpenSpeechDecoder:
         self._voice_since = False
         self._whisper_off_hints = (False, False)
         self._accepted = None
-        self._before = None
+        self._gap_ms = None
 
     def after_gap(self, gap_ms: float | None) -> None:
         """The utterance just begun started *gap_ms* after the previous one ended (None: it is
         the stream's first)."""
         if gap_ms is None or gap_ms > BEFORE_MAX_GAP_MS or not self._last_words:
-            self._before = None
-            return
-        audio = self._last_audio + bytes(2 * 16 * max(0, int(gap_ms)))
-        self._before = (audio[-BEFORE_MAX_AUDIO_BYTES:], self._last_words)
+            self._gap_ms = None
+        else:
+            self._gap_ms = max(0, int(gap_ms))
 
     def on_voice(self) -> None:
         """The caller's voice goes on (after the last checkpoint's words, if any)."""
@@ -145,9 +144,16 @@ class OpenSpeechDecoder:
             if self._whisper is None:  # the judge turned the words down only now
                 self._run_whisper()
             self.whisper_finals += 1
-        hyp = self.hyp()
-        self._last_words = " ".join(hyp.hypstr.rstrip(".?").split()) if hyp is not None else ""
-        self._last_audio = bytes(self._audio)
+        if self._punctuate:
+            self._last_words = self._words()
+            self._last_audio = bytes(self._audio)
+
+    def _words(self) -> str:
+        """The words :meth:`hyp` gives, without a sentence mark."""
+        if self._uses_decoder() or self._whisper is None:
+            hyp = self.decoder.hyp()
+            return " ".join(hyp.hypstr.split()) if hyp is not None else ""
+        return self._whisper.text
 
     def hyp(self) -> Any:
         if self._uses_decoder() or self._whisper is None:
@@ -197,7 +203,10 @@ class OpenSpeechDecoder:
         return self._whisper_off_hints[self._final]
 
     def _run_whisper(self) -> None:
-        context = {"before": self._before} if self._before and self._punctuate else {}
+        context: dict[str, tuple[bytes, str]] = {}
+        if self._gap_ms is not None:  # (only when punctuating: the last words are kept only then)
+            before = self._last_audio + bytes(2 * 16 * self._gap_ms)
+            context["before"] = (before[-BEFORE_MAX_AUDIO_BYTES:], self._last_words)
         w = self._whisper = self._transcriber.transcribe(bytes(self._audio), self._n_alternatives,
                                                          sentence_end=self._punctuate, **context)
         self._voice_since = False

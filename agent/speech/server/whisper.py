@@ -232,24 +232,24 @@ class WhisperTranscriber:
         said = normalise(self._tokenizer.decode(words)).split()
         if len(cut_repeat(said)) != len(said):
             return 0.0, False
-        mark = ids[last + 1] if last + 1 < len(ids) and ids[last + 1] in self._marks else self._full_stop
-        if before:
-            said_before = before.split()
-            said_before[0] = said_before[0][:1].upper() + said_before[0][1:]
-            written = " ".join("I" if w == "i" else ("I" + w[1:] if w.startswith("i'") else w) for w in said_before)
-            rest = self._tokenizer.decode(words).strip()
-            if rest and not (rest.startswith("I ") or rest.startswith("I'")):
-                rest = rest[:1].lower() + rest[1:]
-            words = self._tokenizer.encode(" " + written + " " + rest, add_special_tokens=False).ids
-        if before:
-            # the whole sentence may be a question the second piece alone was not ("can I | get
-            # someone on the line"): the probability of either mark
-            full = self._model.align(encoded, self._prompt, [words + [self._full_stop]], frames)[0]
-            quest = self._model.align(encoded, self._prompt, [words + [self._question]], frames)[0]
-            p_full, p_quest = float(full.text_token_probs[-1]), float(quest.text_token_probs[-1])
-            return round(p_full + p_quest, 4), p_quest > p_full
+        if not before:
+            mark = ids[last + 1] if last + 1 < len(ids) and ids[last + 1] in self._marks else self._full_stop
+            return self._mark_probability(encoded, words, mark, frames), mark == self._question
+        # the first piece's words, then this piece's as they go on from them ("Can I get a person
+        # on the line"), which may make a question this piece alone was not: either mark counts
+        first = " ".join("I" if w == "i" else "I" + w[1:] if w.startswith("i'") else w for w in before.split())
+        rest = self._tokenizer.decode(words).strip()
+        if not rest.startswith(("I ", "I'")):
+            rest = rest[:1].lower() + rest[1:]
+        words = self._tokenizer.encode(" " + first[:1].upper() + first[1:] + " " + rest, add_special_tokens=False).ids
+        full = self._mark_probability(encoded, words, self._full_stop, frames)
+        question = self._mark_probability(encoded, words, self._question, frames)
+        return round(full + question, 4), question > full
+
+    def _mark_probability(self, encoded: object, words: list[int], mark: int, frames: int) -> float:
+        """The decoder's probability of *mark* right after *words* (one teacher-forced pass)."""
         aligned = self._model.align(encoded, self._prompt, [words + [mark]], frames)[0]
-        return round(float(aligned.text_token_probs[-1]), 4), mark == self._question
+        return round(float(aligned.text_token_probs[-1]), 4)
 
     def _batch_of(self, pcm16k: bytes) -> tuple[np.ndarray, object]:
         """The log-mel features of *pcm16k* (its last :data:`MAX_AUDIO_S`, :data:`TAIL_PAD_S` of
