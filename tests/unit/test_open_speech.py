@@ -303,6 +303,28 @@ def test_the_bundled_model_is_surer_of_a_second_pieces_end_with_the_first_piece_
     assert alone.sentence_end < sure <= judged.sentence_end and judged.question, (alone, judged)
 
 
+def test_a_misheard_first_piece_does_not_take_away_the_end_the_second_piece_has_alone() -> None:
+    """"how late | are you there tonight" with its first piece heard as "ali ali ali": read after
+    those words the end is unsure (0.31 measured), read alone it is sure (0.83); the surer
+    reading stands, so the caller is not kept waiting for a mishearing."""
+    from agent.speech.server.open_speech import SENTENCE_END_MIN_PROBABILITY as sure
+    from agent.speech.server.whisper import WhisperTranscriber
+    from media import convert
+
+    whisper = WhisperTranscriber()
+
+    def line(text: str) -> bytes:
+        narrow = convert.resample(_flite_16k(text), 16000, 8000)
+        return bytes(3200) + convert.resample(convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(narrow)), 8000, 16000)
+
+    first, second = line("how late"), line("are you there tonight")
+    alone = whisper.transcribe(second, alternatives=4, sentence_end=True)
+    judged = whisper.transcribe(second, alternatives=4, sentence_end=True,
+                                before=(first + bytes(2 * 16 * 400), "ali ali ali"))
+    assert alone.sentence_end is not None and judged.sentence_end is not None
+    assert sure <= alone.sentence_end <= judged.sentence_end, (alone, judged)
+
+
 def test_a_tone_is_not_speech() -> None:
     from agent.speech.server.whisper import WhisperTranscriber
 

@@ -184,9 +184,9 @@ class WhisperTranscriber:
         *sentence_end*, :attr:`Transcript.sentence_end` too (one more pass of the decoder over
         the words, ~13 ms). *before*: the audio and words of the caller's piece just before this
         one (a pause inside the turn, the silence between included): the sentence end is then
-        judged over both pieces' audio and words (one more pass of the encoder, and two of the
-        decoder: the whole may be a question the second piece alone was not); the words
-        themselves are read from this audio alone."""
+        judged over both pieces' audio and words as well (one more pass of the encoder, and two of
+        the decoder: the whole may be a question the second piece alone was not), and the surer
+        of the two readings stands; the words themselves are read from this audio alone."""
         duration_s = min(len(pcm16k) // 2, int(MAX_AUDIO_S * SAMPLE_RATE_HZ)) / SAMPLE_RATE_HZ
         features, batch = self._batch_of(pcm16k)
         with self._lock:
@@ -199,14 +199,16 @@ class WhisperTranscriber:
                 max_length=2 * int(BASE_TOKENS + TOKENS_PER_S * duration_s),
                 repetition_penalty=REPETITION_PENALTY,
             )[0]
+            end, question = (self._sentence_end(encoded, result.sequences_ids[0], features.shape[-1])
+                             if sentence_end else (None, False))
             if sentence_end and before:
-                # judged over the first piece's audio and words, then this audio and its words
+                # judged over the first piece's audio and words, then this audio and its words;
+                # the surer of the two readings stands (the first piece may be misheard)
                 whole, whole_batch = self._batch_of(before[0] + pcm16k)
-                end, question = self._sentence_end(self._model.encode(whole_batch), result.sequences_ids[0],
-                                                   whole.shape[-1], before[1])
-            else:
-                end, question = (self._sentence_end(encoded, result.sequences_ids[0], features.shape[-1])
-                                 if sentence_end else (None, False))
+                end, question = max((end, question),
+                                    self._sentence_end(self._model.encode(whole_batch), result.sequences_ids[0],
+                                                       whole.shape[-1], before[1]),
+                                    key=lambda reading: reading[0])
             self.transcribed += 1
         texts = [self._words(ids) for ids in result.sequences_ids]
         tokens = [t for t in result.sequences_ids[0] if t < self._eot]
