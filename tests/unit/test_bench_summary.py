@@ -87,3 +87,16 @@ def test_g722_rounds_offer_g722_stream_encoded_files_and_score_their_own_voiced_
     assert "PCMU" not in xml.split("<scenario")[1] and f'rtp_stream="{media}/item.g722,1,9"' in xml
     assert 'item.ulaw,1,0"' in bench.scenario_xml(steps, media)
     assert [bench.round_codec("both", r) for r in (1, 2, 3)] == ["PCMU", "G722", "PCMU"]
+
+
+def test_each_concurrent_caller_plays_a_schedule_of_its_own_found_again_by_its_call_id():
+    """Four callers play four schedules (the first the one a single call plays), and each call
+    in the capture is scored against its own, named by the Call-ID its SIPp process gave it."""
+    bench = load_bench()
+    seeds = [bench.call_seed(1, 3, c) for c in range(4)]
+    assert seeds[0] == 1 * 1000 + 3 and len(set(seeds)) == 4
+    assert bench.call_seed(1, 3, 2) != bench.call_seed(1, 4, 2) != bench.call_seed(2, 3, 2)
+    for c in range(4):
+        call_id = bench.call_id_prefix(c) + "1-4242@127.0.0.1"
+        assert bench.schedule_index(call_id) == c
+    assert bench.schedule_index("1-4242@127.0.0.1") is None
