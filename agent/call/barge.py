@@ -19,6 +19,7 @@ from twisted.logger import Logger
 
 from agent.app.metrics import AgentMetrics
 from agent.call.bargein import BargeIn, BargeInConfig, Verdict
+from agent.call.completeness import HESITATIONS
 from agent.call.endpointer import TranscriptAssembler, TranscriptState, words
 from agent.call.pipeline import MediaPipeline
 from agent.call.ports import Reactor, cancel
@@ -330,10 +331,13 @@ class BargeController:
         if barge.resumed_on_onset:
             # The rest of the acknowledgement, back within rejoin_ms, does not pause the prompt.
             media.play_on_until = max(media.play_on_until, now + barge.config.rejoin_ms / 1000.0)
-        if len(words(barge.text)) <= 1 and not barge.tail and barge.config.word_duck_ms > 0:
-            # One word or none ("oh", "um", "yeah", a first sound): as often the start of a sentence
-            # after a breath as all there was; the prompt plays on ducked until the voice has
-            # not come back for word_duck_ms, so a caller going on is not met by it at its own level.
+        heard = words(barge.text)
+        if (len(heard) <= 1 or all(w in HESITATIONS for w in heard)) and not barge.tail \
+                and barge.config.word_duck_ms > 0:
+            # One word or none, or only hesitations ("oh", "um", "yeah", "uh oh", a first sound):
+            # as often the start of a sentence after a breath as all there was; the prompt plays
+            # on ducked until the voice has not come back for word_duck_ms, so a caller going on
+            # is not met by it at its own level.
             self._playout.duck(hold_at_end=False)
             self._cancel_unduck()
             self._unduck_timer = self._reactor.callLater(barge.config.word_duck_ms / 1000.0, self._unduck_later)

@@ -131,7 +131,8 @@ class BargeInConfig:
     no_words_gap_ms: int = 200
     #: a voice that comes back this soon after the prompt resumed continues the same barge-in
     rejoin_ms: int = 400
-    #: after a voice of one word or none that did not interrupt ("okay", "oh", "um", a noise), the
+    #: after a voice of one word or none, or of hesitations only ("okay", "oh", "ah oh", a noise), that
+    #: did not interrupt, the
     #: prompt plays on ducked this long before it is back at its own level: as often as not the
     #: caller is drawing breath to go on ("um, | could you ..."), and must not be met by the
     #: prompt at its level (0: back at once)

@@ -461,6 +461,27 @@ def test_a_voice_that_began_as_an_acknowledgement_never_has_the_prompt_at_its_le
     assert not pl.ducked and not pl.paused and h.session.false_interruptions == 1
 
 
+def test_a_voice_of_hesitations_alone_leaves_the_prompt_ducked_for_the_words_after_it():
+    """ "ah oh" (300 ms) over the greeting, then 300 ms of quiet and the voice back: hesitations
+    alone are as often the start of a request as one word is, so the prompt plays on ducked
+    after them, and at no point between the onset and the voice's return does the caller hear it
+    at its own level."""
+    h = _saying_over_the_greeting("ah oh")
+    pl = h.session.playout
+    quiet = []
+
+    def tick(frames: int, voiced: bool) -> None:
+        for _ in range(frames):
+            h.tick(1, caller=tone_frame() if voiced else None)
+            quiet.append(pl.paused or pl.ducked)
+
+    tick(20, voiced=True)
+    tick(30, voiced=False)
+    assert h.session.false_interruptions == 1 and h.session.barge_ins == 0 and not pl.paused
+    tick(3, voiced=True)
+    assert all(quiet), quiet
+
+
 def _saying_over_the_greeting(words: str) -> "Harness":
     """The caller's voice begins 400 ms into the greeting; 100 ms on, the recogniser hears *words*."""
     h = Harness()
