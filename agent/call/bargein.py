@@ -131,11 +131,10 @@ class BargeInConfig:
     no_words_gap_ms: int = 200
     #: a voice that comes back this soon after the prompt resumed continues the same barge-in
     rejoin_ms: int = 400
-    #: after a voice of one word or none, or of hesitations only ("okay", "oh", "ah oh", a noise), that
-    #: did not interrupt, the
-    #: prompt plays on ducked this long before it is back at its own level: as often as not the
-    #: caller is drawing breath to go on ("um, | could you ..."), and must not be met by the
-    #: prompt at its level (0: back at once)
+    #: after a voice of one word or none, or of hesitations only ("okay", "oh", "ah oh", a noise),
+    #: that did not interrupt, the prompt plays on ducked this long before it is back at its own
+    #: level: as often as not the caller is drawing breath to go on ("um, | could you ..."), and
+    #: must not be met by the prompt at its level (0: back at once)
     word_duck_ms: int = 600
     #: a voice still being judged this long after it paused the prompt lets the prompt play on
     #: ducked (``media.playout.DUCK_DB``) until the verdict: a pause longer than this is a hole in
