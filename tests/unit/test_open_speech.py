@@ -252,6 +252,15 @@ def _flite_16k(text: str) -> bytes:
     return audio if rate == 16000 else convert.resample(audio, rate, 16000)
 
 
+def _telephone_16k(text: str, lead_bytes: int) -> bytes:
+    """flite kal16 saying *text* as a G.711 line carries it, back at 16 kHz, after *lead_bytes*
+    of silence."""
+    from media import convert
+
+    narrow = convert.resample(_flite_16k(text), 16000, 8000)
+    return bytes(lead_bytes) + convert.resample(convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(narrow)), 8000, 16000)
+
+
 def test_the_bundled_model_hears_a_sentence_no_dialplan_has() -> None:
     from agent.speech.server.whisper import WhisperTranscriber
 
@@ -266,13 +275,11 @@ def test_the_bundled_model_is_surer_of_a_sentences_end_than_of_a_pause_inside_it
     its falling end than after its first words said alone on a telephone line; it is None unless
     asked for."""
     from agent.speech.server.whisper import WhisperTranscriber
-    from media import convert
 
     whisper = WhisperTranscriber()
 
     def line(text: str) -> bytes:
-        narrow = convert.resample(_flite_16k(text), 16000, 8000)
-        return bytes(16000) + convert.resample(convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(narrow)), 8000, 16000)
+        return _telephone_16k(text, 16000)
 
     whole = whisper.transcribe(line("my card was stolen yesterday"), alternatives=4, sentence_end=True)
     half = whisper.transcribe(line("i was wondering if"), alternatives=4, sentence_end=True)
@@ -287,13 +294,11 @@ def test_the_bundled_model_is_surer_of_a_second_pieces_end_with_the_first_piece_
     passes SENTENCE_END_MIN_PROBABILITY (0.32 -> 0.86 measured), and the words read are the same."""
     from agent.speech.server.open_speech import SENTENCE_END_MIN_PROBABILITY as sure
     from agent.speech.server.whisper import WhisperTranscriber
-    from media import convert
 
     whisper = WhisperTranscriber()
 
     def line(text: str) -> bytes:
-        narrow = convert.resample(_flite_16k(text), 16000, 8000)
-        return bytes(3200) + convert.resample(convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(narrow)), 8000, 16000)
+        return _telephone_16k(text, 3200)
 
     first, second = line("can i get"), line("a person on the line")
     alone = whisper.transcribe(second, alternatives=4, sentence_end=True)
@@ -309,13 +314,11 @@ def test_a_misheard_first_piece_does_not_take_away_the_end_the_second_piece_has_
     reading stands, so the caller is not kept waiting for a mishearing."""
     from agent.speech.server.open_speech import SENTENCE_END_MIN_PROBABILITY as sure
     from agent.speech.server.whisper import WhisperTranscriber
-    from media import convert
 
     whisper = WhisperTranscriber()
 
     def line(text: str) -> bytes:
-        narrow = convert.resample(_flite_16k(text), 16000, 8000)
-        return bytes(3200) + convert.resample(convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(narrow)), 8000, 16000)
+        return _telephone_16k(text, 3200)
 
     first, second = line("how late"), line("are you there tonight")
     alone = whisper.transcribe(second, alternatives=4, sentence_end=True)

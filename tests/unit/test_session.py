@@ -10,6 +10,7 @@ import os
 import struct
 import textwrap
 import time
+from typing import Callable
 
 import pytest
 
@@ -438,12 +439,7 @@ def test_a_voice_that_began_as_an_acknowledgement_never_has_the_prompt_at_its_le
     ("uh huh") the prompt is back at its level as soon as the voice is over."""
     h = _saying_over_the_greeting("oh")
     pl = h.session.playout
-    quiet = []
-
-    def tick(frames: int, voiced: bool) -> None:
-        for _ in range(frames):
-            h.tick(1, caller=tone_frame() if voiced else None)
-            quiet.append(pl.paused or pl.ducked)
+    tick, quiet = _ticking_quietly(h)
 
     tick(7, voiced=True)
     tick(15, voiced=False)
@@ -468,18 +464,26 @@ def test_a_voice_of_hesitations_alone_leaves_the_prompt_ducked_for_the_words_aft
     at its own level."""
     h = _saying_over_the_greeting("ah oh")
     pl = h.session.playout
-    quiet = []
-
-    def tick(frames: int, voiced: bool) -> None:
-        for _ in range(frames):
-            h.tick(1, caller=tone_frame() if voiced else None)
-            quiet.append(pl.paused or pl.ducked)
+    tick, quiet = _ticking_quietly(h)
 
     tick(20, voiced=True)
     tick(30, voiced=False)
     assert h.session.false_interruptions == 1 and h.session.barge_ins == 0 and not pl.paused
     tick(3, voiced=True)
     assert all(quiet), quiet
+
+
+def _ticking_quietly(h: "Harness") -> tuple[Callable[[int, bool], None], list[bool]]:
+    """A ticker of *h*'s 10 ms frames (the caller's voice or quiet) and the list it fills with
+    whether the prompt was paused or ducked after each frame."""
+    pl = h.session.playout
+    quiet: list[bool] = []
+
+    def tick(frames: int, voiced: bool) -> None:
+        for _ in range(frames):
+            h.tick(1, caller=tone_frame() if voiced else None)
+            quiet.append(pl.paused or pl.ducked)
+    return tick, quiet
 
 
 def _saying_over_the_greeting(words: str) -> "Harness":
