@@ -121,19 +121,17 @@ def _g722() -> object:
     return G722(G722_RATE_HZ, G722_BIT_RATE)
 
 
-def _le_bytes(samples: object) -> bytes:
-    """An ``array('h')`` of samples as pcm16 (little-endian whatever the machine)."""
+def _little_endian(samples: array.array) -> array.array:  # type: ignore[type-arg]
+    """*samples* (``array('h')``) swapped between pcm16's byte order and the machine's, where they
+    differ (the swap goes both ways)."""
     if sys.byteorder == "big":
-        samples.byteswap()  # type: ignore[attr-defined]
-    return samples.tobytes()  # type: ignore[attr-defined,no-any-return]
+        samples.byteswap()
+    return samples
 
 
 def pcm16_to_g722(pcm16k: bytes) -> bytes:
     """Encode 16 kHz pcm16 to G.722 at 64 kbit/s, as one stream (a phone's encoder)."""
-    samples = array.array("h", pcm16k)
-    if sys.byteorder == "big":
-        samples.byteswap()
-    return bytes(_g722().encode(samples))  # type: ignore[attr-defined]
+    return bytes(_g722().encode(_little_endian(array.array("h", pcm16k))))  # type: ignore[attr-defined]
 
 
 class G722Decoder:
@@ -145,5 +143,4 @@ class G722Decoder:
         self._codec = _g722()
 
     def decode(self, data: bytes) -> bytes:
-        return _le_bytes(self._codec.decode(data))  # type: ignore[attr-defined]
-
+        return _little_endian(self._codec.decode(data)).tobytes()  # type: ignore[attr-defined]

@@ -535,13 +535,11 @@ def summarise_conditions(rows: Sequence[ItemRow]) -> dict[str, dict[str, Any]]:
         for c in conditions_of(r):
             groups.setdefault(c, []).append(r)
     # a voice row where its engine has several voices (flite's); else it is the engine's row again
-    voices_of: dict[str, int] = {}
-    for c in groups:
-        if c.startswith("voice "):
-            engine = c[len("voice "):].split("/")[0]
-            voices_of[engine] = voices_of.get(engine, 0) + 1
-    order = ["all"] + sorted(c for c in groups if c.startswith("engine ")) + sorted(
-        c for c in groups if c.startswith("voice ") and voices_of[c[len("voice "):].split("/")[0]] > 1) + sorted(
+    voices: dict[str, set[str]] = {}
+    for r in rows:
+        voices.setdefault(r.step.file.engine, set()).add(r.step.file.voice)
+    several = [f"voice {engine}/{voice}" for engine, names in voices.items() if len(names) > 1 for voice in names]
+    order = ["all"] + sorted(c for c in groups if c.startswith("engine ")) + sorted(several) + sorted(
         c for c in groups if c.startswith("codec ")) + [
         c for c in ("interruption", "in-scope", "out-of-scope", "paused") if c in groups] + sorted(
         c for c in groups if c.startswith("paused ")) + [

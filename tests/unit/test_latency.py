@@ -334,14 +334,13 @@ def test_g722_calls_are_read_like_g711_ones():
 
 def test_g722_stream_audio_is_decoded_in_order():
     """RtpStream.audio decodes G.722 with its state carried over: a tone comes back at its level."""
+    from media.convert import rms_dbfs
     from media.pcap import RtpStream, parse_rtp
 
     pk = g722_packets(0.0, 6000, 4000, [8000] * 10)
     stream = RtpStream("127.0.0.1", 6000, "127.0.0.1", 4000, 0, [parse_rtp(p.at_s, p.payload) for p in pk])
     pcm16k = stream.audio(16000)
     assert len(pcm16k) == 10 * 640
-    from media.convert import rms_dbfs
-
     # the tone's RMS is 8000 / sqrt(2) = 5657, -15.3 dBFS; the codec's first packet is its ramp-up
     assert rms_dbfs(pcm16k[640:]) == pytest.approx(-15.3, abs=0.5)
     assert len(stream.audio(8000)) == 10 * 320

@@ -146,7 +146,7 @@ class OpenSpeechDecoder:
             self.whisper_finals += 1
         if self._punctuate:
             self._last_words = self._words()
-            self._last_audio = bytes(self._audio)
+            self._last_audio = bytes(self._audio[-BEFORE_MAX_AUDIO_BYTES:])
 
     def _words(self) -> str:
         """The words :meth:`hyp` gives, without a sentence mark."""
