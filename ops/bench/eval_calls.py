@@ -460,9 +460,14 @@ def pause_bucket(pause_ms: int) -> str:
     return f"paused {pause_ms} ms"
 
 
+def voice_condition(engine: str, voice: str) -> str:
+    """The condition name of one voice's items."""
+    return f"voice {engine}/{voice}"
+
+
 def conditions_of(row: ItemRow) -> list[str]:
     f = row.step.file
-    out = ["all", f"engine {f.engine}", f"voice {f.engine}/{f.voice}", f"codec {row.codec}"]
+    out = ["all", f"engine {f.engine}", voice_condition(f.engine, f.voice), f"codec {row.codec}"]
     if f.phrasing == "paused":
         out += ["paused", pause_bucket(f.pause_ms)]
     elif f.kind == INTERRUPTION:
@@ -538,7 +543,7 @@ def summarise_conditions(rows: Sequence[ItemRow]) -> dict[str, dict[str, Any]]:
     voices: dict[str, set[str]] = {}
     for r in rows:
         voices.setdefault(r.step.file.engine, set()).add(r.step.file.voice)
-    several = [f"voice {engine}/{voice}" for engine, names in voices.items() if len(names) > 1 for voice in names]
+    several = [voice_condition(engine, voice) for engine, names in voices.items() if len(names) > 1 for voice in names]
     order = ["all"] + sorted(c for c in groups if c.startswith("engine ")) + sorted(several) + sorted(
         c for c in groups if c.startswith("codec ")) + [
         c for c in ("interruption", "in-scope", "out-of-scope", "paused") if c in groups] + sorted(

@@ -7,15 +7,17 @@ import sys
 
 import pytest
 
+from agent import BLAS_THREADS_ENV
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # How many threads the OpenBLAS that numpy loaded will use, read from the library itself.
 PROBE = r"""
 import ctypes, agent, numpy
-path = next(line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line.lower())
-lib = ctypes.CDLL(path)
+path = next((line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line.lower()), None)
+lib = ctypes.CDLL(path) if path else None
 for name in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "openblas_get_num_threads"):
-    if hasattr(lib, name):
+    if lib is not None and hasattr(lib, name):
         print(getattr(lib, name)())
         break
 else:
@@ -24,9 +26,9 @@ else:
 
 
 def _threads(env_value: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env = {k: v for k, v in os.environ.items() if k != BLAS_THREADS_ENV}
     if env_value is not None:
-        env["OPENBLAS_NUM_THREADS"] = env_value
+        env[BLAS_THREADS_ENV] = env_value
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60, check=True)
     value = out.stdout.strip()
