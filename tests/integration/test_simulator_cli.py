@@ -68,7 +68,7 @@ def test_interactive_simulation_over_a_pipe() -> None:
     out = result.stdout
     assert "agent: Thank you for calling OpenClaw Bank." in out
     assert "[main/balance]\nagent: Your account balance is one hundred twenty three dollars" in out
-    assert "caller> \n  no input\nagent: Sorry, I did not hear you." in out
+    assert "caller> \n  no input\nagent: I'm sorry, I did not hear you." in out
     assert "agent: We are open Monday to Friday" in out
     assert out.rstrip().endswith("[the caller hung up]")
 

@@ -31,7 +31,7 @@ def test_held_call_says_nothing_and_counts_no_silence_then_goes_on_where_it_stop
     h.tick(499)
     assert len(h.said()) == 2
     h.tick(2)
-    assert h.said()[-1].startswith("Sorry, I did not hear you")
+    assert h.said()[-1].startswith("I'm sorry, I did not hear you")
 
 
 def test_hold_while_listening_stops_the_no_input_wait_and_resume_restarts_it():
@@ -48,7 +48,7 @@ def test_hold_while_listening_stops_the_no_input_wait_and_resume_restarts_it():
     h.tick(499)
     assert len(h.said()) == 2
     h.tick(2)
-    assert h.said()[-1].startswith("Sorry, I did not hear you")
+    assert h.said()[-1].startswith("I'm sorry, I did not hear you")
     assert h.session.hold.holds == 1
 
 

@@ -244,7 +244,7 @@ def test_transfer_failure_apologises_and_returns_to_menu(plan: Dialplan) -> None
     session.on_dtmf("3")
     actions = session.on_transfer_failed("486 Busy Here")
     texts = says(actions)
-    assert texts[0].startswith("Sorry, I could not transfer you")
+    assert texts[0].startswith("I'm sorry, I could not transfer you")
     assert "press 1" in texts[1]
     assert isinstance(actions[-1], Listen)
     assert session.state == "menu" and session.expects_input
@@ -258,7 +258,7 @@ def test_missing_transfer_uri_fails_over_without_a_refer(plan: Dialplan) -> None
     session.start()
     actions = session.on_dtmf("3")
     assert not any(isinstance(a, Transfer) for a in actions)
-    assert any(t.startswith("Sorry, I could not transfer you") for t in says(actions))
+    assert any(t.startswith("I'm sorry, I could not transfer you") for t in says(actions))
     assert session.state == "menu"
 
 
@@ -492,7 +492,7 @@ def test_a_distant_other_reading_is_no_answer(plan: Dialplan) -> None:
     assert match is None or match.score < ALTERNATIVE_MIN_SCORE
     session = started(plan)
     actions = session.on_transcript("hmm the the", alternatives=(loose,))
-    assert says(actions)[0].startswith("Sorry, I did not understand")
+    assert says(actions)[0].startswith("I'm sorry, I did not understand")
 
 
 def test_other_readings_are_encoded_together_once(plan: Dialplan, monkeypatch: pytest.MonkeyPatch) -> None:

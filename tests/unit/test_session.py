@@ -184,7 +184,7 @@ def test_greeting_then_menu_then_listening_with_no_input_reprompt():
     h.tick(499)
     assert len(h.said()) == 2
     h.tick(2)
-    assert h.said()[-1].startswith("Sorry, I did not hear you")
+    assert h.said()[-1].startswith("I'm sorry, I did not hear you")
 
 
 def test_spoken_request_gets_the_balance_and_latency_is_measured():
@@ -267,7 +267,7 @@ def test_a_long_voice_without_words_interrupts_after_1200_ms_and_is_then_asked_a
     h.tick(100)
     said = h.said()
     assert said[1] == said[0] and said[2].startswith("How can I help you"), said  # greeting and menu again
-    assert not any(t.startswith("Sorry") for t in said)
+    assert not any(t.startswith("I'm sorry") for t in said)
 
 
 def test_a_noise_burst_does_not_pause_the_prompt():
@@ -390,7 +390,7 @@ def test_a_sentence_over_a_prompt_that_is_no_request_is_heard_not_lost():
     resuming over it would lose the caller's words) and is answered."""
     h = Harness()
     said_before = _said_over_the_menu(h, "i'm out saying", voice=80)
-    assert len(h.said()) == said_before + 1 and h.said()[-1].startswith("Sorry")  # answered
+    assert len(h.said()) == said_before + 1 and h.said()[-1].startswith("I'm sorry")  # answered
 
 
 def test_a_short_goodbye_by_meaning_over_a_prompt_is_heard_not_lost():
