@@ -157,6 +157,26 @@ def is_bare_answer(text: str) -> bool:
         and not all(w == "then" for w in ws)
 
 
+#: words around a request's one word that add nothing to it ("an agent, please", "option one",
+#: "balance, thanks"): with only these besides it, the word is the whole request
+_ONE_WORD_COMPANIONS = FILLERS | frozenset("a an the my your our please thanks thank option number press".split())
+
+
+def one_word_among_others(example: str, text: str) -> bool:
+    """Does a request rest on one word of the ask's (*example*: a one-word example, or a spoken
+    key) found among other words ("i want them one", "and yeah", "yep here")? Such words are
+    as often a recogniser's nearest reading of open speech, or the first of a longer request,
+    as the request itself; "an agent, please" and "option two" are not: what surrounds the
+    word adds nothing to it."""
+    said = turn_words(example)
+    if len(said) != 1:
+        return False
+    ws = turn_words(text)
+    others = [w for i, w in enumerate(ws)
+              if w != said[0] and w not in _ONE_WORD_COMPANIONS and not (w == "you" and i and ws[i - 1] == "thank")]
+    return bool(others)
+
+
 def _has_verb(ws: list[str]) -> bool:
     for i, w in enumerate(ws):
         if w in COMMON_VERBS:

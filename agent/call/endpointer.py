@@ -107,7 +107,9 @@ class EndpointerConfig:
     #: and people stop inside words for longer than complete_silence_ms
     short_turn_ms: int = 300
     short_turn_silence_ms: int = 250
-    #: a request that is a yes or a no alone ("yeah", "nope": :func:`is_bare_answer`) ends after
+    #: a request that is a yes or a no alone ("yeah", "nope": :func:`is_bare_answer`), or that
+    #: rests on one word of the ask's among other words ("i want them one", "and yeah":
+    #: ``TurnEndpointer``'s *rests_on_one_word*), ends after
     #: this, not complete_silence_ms: callers go on after it past a comma's pause ("yeah,
     #: actually, another question"), and the recogniser's first guess at it is the least sure
     #: ("nah" heard as "yeah"); chosen on the evaluation corpus's dev half (docs/latency.md)
@@ -146,7 +148,7 @@ class EndOfTurn:
     speech_end_at: float
     #: when the decision was made (``speech_end_at`` + the silence waited)
     decided_at: float
-    reason: str  # "complete", "answer", "meaning", "confident", "sentence", "finished", "short", "falling", "incomplete", "continuation"
+    reason: str  # "complete", "answer", "one_word", "meaning", "confident", "sentence", "finished", "short", "falling", "incomplete", "continuation"
     #: from the turn's first voice to its last (seconds)
     speech_s: float = 0.0
     #: the recogniser's confidence in the words, when they are all its final results (else None)
@@ -210,8 +212,11 @@ class TurnEndpointer:
     def __init__(self, is_complete: Callable[[str], bool], config: EndpointerConfig | None = None,
                  last_voiced_at: Callable[[], float] | None = None,
                  prosody: Callable[[], ProsodyReading | None] | None = None,
-                 is_meant: Callable[[str], bool] | None = None) -> None:
+                 is_meant: Callable[[str], bool] | None = None,
+                 rests_on_one_word: Callable[[str], bool] | None = None) -> None:
         """*is_complete*: do the words make a request of the current ask (a speed-up only).
+        *rests_on_one_word*: does that request rest on one word of the ask's among others (it
+        then waits ``answer_silence_ms``, as a bare yes or no does).
         *is_meant*: do they make one by meaning (asked only while the caller is quiet: it costs
         a sentence encoding).
         *last_voiced_at*, when given, says when the caller's latest voiced frame ended: silence
@@ -222,6 +227,7 @@ class TurnEndpointer:
         self._words_of = LatestText(completeness, Completeness.UNDECIDED)
         self._complete = LatestText(lambda text: bool(is_complete(text)), False)
         self._bare_answer = LatestText(is_bare_answer, False)
+        self._one_word = LatestText(lambda text: bool(rests_on_one_word is not None and rests_on_one_word(text)), False)
         self._meant = LatestText(lambda text: bool(is_meant is not None and is_meant(text)), False)
         self._last_voiced_at = last_voiced_at
         self._prosody = prosody
@@ -236,7 +242,7 @@ class TurnEndpointer:
         self._speech_start: float | None = None
         self._speech_end: float | None = None  # None while the caller is speaking
         self._speaking = False
-        for answer in (self._words_of, self._complete, self._bare_answer, self._meant):
+        for answer in (self._words_of, self._complete, self._bare_answer, self._one_word, self._meant):
             answer.clear()  # the next turn may be at another ask
 
     @property
@@ -316,6 +322,8 @@ class TurnEndpointer:
             if signals.request:
                 if self._bare_answer(self.text):
                     return max(c.complete_silence_ms, c.answer_silence_ms), "answer"
+                if self._one_word(self.text):
+                    return max(c.complete_silence_ms, c.answer_silence_ms), "one_word"
                 return c.complete_silence_ms, "complete"
             # The shortest of the silences that apply; the finished sentence's on a tie.
             silences = [(c.falling_finished_silence_ms if signals.prosody == FALL else c.finished_silence_ms,

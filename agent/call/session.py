@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from agent.app.metrics import AgentMetrics
 from agent.call.barge import BargeController
 from agent.call.bargein import BargeIn, BargeInConfig
+from agent.call.completeness import one_word_among_others
 from agent.call.endpointer import (EndOfTurn, EndpointerConfig, TranscriptAssembler, is_acknowledgement, is_backchannel,
                                    is_thinking_aloud)
 from agent.call.hold import CallHold
@@ -119,7 +120,7 @@ class CallSession:
                                     lambda: self.media.last_voiced_at, lambda: self.dialogue, self.speaker, metrics,
                                     on_end_of_turn=self._on_end_of_turn, on_no_input=self._no_input,
                                     prosody=lambda: self.media.prosody.latest if self.media.prosody else None,
-                                    is_meant=self._is_meant)
+                                    is_meant=self._is_meant, rests_on_one_word=self._rests_on_one_word)
         self.hold = CallHold(reactor, self.playout, self.turn_taker, self.log_fields)
         self.barge = BargeController(reactor, self.media, self.playout, self.transcripts, self.settings.barge_in,
                                      _BargeHooks(self), metrics, self.log_fields)
@@ -279,6 +280,11 @@ class CallSession:
         """Do the words so far already make a request the dialogue understands?"""
         match = self.dialogue.peek_intent(text)
         return match is not None and match.score >= self.settings.complete_min_score
+
+    def _rests_on_one_word(self, text: str) -> bool:
+        """Does the request the words make rest on one word of the ask's among others?"""
+        match = self.dialogue.peek_intent(text)
+        return match is not None and one_word_among_others(match.example, text)
 
     def _is_meant(self, text: str) -> bool:
         """Do they make one by meaning (not for ending or transferring the call)?"""

@@ -56,11 +56,12 @@ class TurnTaker:
                  dialogue: Callable[[], DialogueSession], player: PromptPlayer, metrics: AgentMetrics | None,
                  on_end_of_turn: Callable[[EndOfTurn], None], on_no_input: Callable[[], None],
                  prosody: Callable[[], ProsodyReading | None] | None = None,
-                 is_meant: Callable[[str], bool] | None = None) -> None:
+                 is_meant: Callable[[str], bool] | None = None,
+                 rests_on_one_word: Callable[[str], bool] | None = None) -> None:
         self._reactor = reactor
         self.transcripts = transcripts
         self.endpointer = TurnEndpointer(is_complete, config, last_voiced_at=last_voiced_at, prosody=prosody,
-                                         is_meant=is_meant)
+                                         is_meant=is_meant, rests_on_one_word=rests_on_one_word)
         self._dialogue = dialogue
         self._player = player
         self._metrics = metrics

@@ -2,7 +2,7 @@
 import pytest
 
 from agent.call.prosody import ProsodyReading
-from agent.call.completeness import Completeness, completeness
+from agent.call.completeness import Completeness, completeness, one_word_among_others
 from agent.call.endpointer import (
     EndpointerConfig, TranscriptAssembler, TurnEndpointer, ends_sentence, is_backchannel,
 )
@@ -246,6 +246,37 @@ def test_a_yes_or_no_alone_waits_the_answer_silence():
     assert ep.on_speech_end(ms(500), ms(520)) is None, "never shorter than complete_silence_ms"
     d = ep.poll(ms(530))
     assert d is not None and d.reason == "answer"
+
+
+def test_a_request_resting_on_one_word_among_others_waits_the_answer_silence():
+    """ "i want them one" (the recogniser's reading of "I want someone to ...") is key one among
+    other words, "and yeah" the yes of something else: as unsure as a bare answer, they wait
+    answer_silence_ms; "an agent please", the key alone and many-word requests do not."""
+    examples = {"i want them one": "one", "and yeah": "yeah", "an agent please": "agent", "option one": "one",
+                "i'd like to check my balance": "check my balance"}
+
+    def rests(text: str) -> bool:
+        return one_word_among_others(examples[text], text)
+    for text, wait_ms, reason in (("i want them one", 250, "one_word"), ("and yeah", 250, "one_word"),
+                                  ("an agent please", 30, "complete"), ("option one", 30, "complete"),
+                                  ("i'd like to check my balance", 30, "complete")):
+        ep = TurnEndpointer(lambda t: t in examples, EndpointerConfig(), rests_on_one_word=rests)
+        ep.on_speech_start(ms(0))
+        ep.on_transcript(text, ms(900))
+        assert ep.on_speech_end(ms(1000), ms(1010)) is None
+        assert ep.next_deadline() == pytest.approx(ms(1000 + wait_ms)), text
+        d = ep.poll(ms(1000 + wait_ms))
+        assert d is not None and d.reason == reason, text
+
+
+def test_one_word_among_others():
+    assert one_word_among_others("one", "i want them one")
+    assert one_word_among_others("yeah", "yep here")
+    assert one_word_among_others("balance", "my balance is wrong")
+    assert not one_word_among_others("one", "um, option one please")
+    assert not one_word_among_others("agent", "an agent, thank you")
+    assert not one_word_among_others("goodbye", "goodbye")
+    assert not one_word_among_others("check my balance", "i'd like to check my balance")
 
 
 def test_silence_counts_from_the_latest_voiced_frame():

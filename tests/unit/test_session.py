@@ -994,6 +994,25 @@ def test_complete_request_is_answered_after_a_short_silence():
     assert turn.latency_ms is not None and 25.0 <= turn.latency_ms <= 60.0, turn.latency_ms
 
 
+@pytest.mark.parametrize("interim, latency_ms", [("option two", 30.0), ("i want them two", 250.0)])
+def test_a_spoken_key_among_other_words_waits_the_answer_silence(interim: str, latency_ms: float) -> None:
+    """ "option two" (the menu's key 2) ends the turn 30 ms after the caller stops; the same key
+    among other words ("i want them two", as the recogniser may hear "I want someone to ...")
+    is taken as the key too, but only after the answer's 250 ms."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    before = len(h.said())
+    h.tick(40, caller=tone_frame())
+    h.asr_interim(interim)
+    h.tick(int(latency_ms / 10) - 5)
+    assert len(h.said()) == before
+    h.tick(10)
+    assert any(t.startswith("We are open") for t in h.said()[before:])
+    turn = h.session.turns[-1]
+    assert turn.latency_ms is not None and latency_ms <= turn.latency_ms <= latency_ms + 30.0, turn.latency_ms
+
+
 def test_unfinished_phrase_is_not_cut_during_a_500_ms_pause():
     """ "I would like to" + 500 ms pause + "check my balance": one turn, answered after the whole phrase."""
     h = Harness()
