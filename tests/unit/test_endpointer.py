@@ -226,6 +226,17 @@ def test_a_one_word_request_waits_the_short_turn_silence():
     assert d is not None and d.reason == "short" and d.silence_s == pytest.approx(ms(250))
 
 
+def _reason_after(ep: TurnEndpointer, text: str, wait_ms: int) -> str:
+    """*text* heard in 500 ms of speech: the turn ends exactly *wait_ms* after it; the reason."""
+    ep.on_speech_start(ms(0))
+    ep.on_transcript(text, ms(400))
+    assert ep.on_speech_end(ms(500), ms(510)) is None
+    assert ep.next_deadline() == pytest.approx(ms(500 + wait_ms)), text
+    d = ep.poll(ms(500 + wait_ms))
+    assert d is not None, text
+    return d.reason
+
+
 def test_a_yes_or_no_alone_waits_the_answer_silence():
     """ "yeah" at "anything else?" is a request (something else) in itself, but callers go on
     after it past a comma's pause ("yeah, actually, another question"): answer_silence_ms (250),
@@ -233,13 +244,7 @@ def test_a_yes_or_no_alone_waits_the_answer_silence():
     yes = {"yeah", "um no", "yes please", "check my balance"}
     for text, wait_ms, reason in (("yeah", 250, "answer"), ("um no", 250, "answer"),
                                   ("yes please", 30, "complete"), ("check my balance", 30, "complete")):
-        ep = TurnEndpointer(lambda t: t in yes, EndpointerConfig())
-        ep.on_speech_start(ms(0))
-        ep.on_transcript(text, ms(400))
-        assert ep.on_speech_end(ms(500), ms(510)) is None
-        assert ep.next_deadline() == pytest.approx(ms(500 + wait_ms)), text
-        d = ep.poll(ms(500 + wait_ms))
-        assert d is not None and d.reason == reason, text
+        assert _reason_after(TurnEndpointer(lambda t: t in yes, EndpointerConfig()), text, wait_ms) == reason, text
     ep = TurnEndpointer(lambda t: t in yes, EndpointerConfig(answer_silence_ms=10))
     ep.on_speech_start(ms(0))
     ep.on_transcript("yeah", ms(400))
@@ -261,12 +266,7 @@ def test_a_request_resting_on_one_word_among_others_waits_the_answer_silence():
                                   ("an agent please", 30, "complete"), ("option one", 30, "complete"),
                                   ("i'd like to check my balance", 30, "complete")):
         ep = TurnEndpointer(lambda t: t in examples, EndpointerConfig(), rests_on_one_word=rests)
-        ep.on_speech_start(ms(0))
-        ep.on_transcript(text, ms(900))
-        assert ep.on_speech_end(ms(1000), ms(1010)) is None
-        assert ep.next_deadline() == pytest.approx(ms(1000 + wait_ms)), text
-        d = ep.poll(ms(1000 + wait_ms))
-        assert d is not None and d.reason == reason, text
+        assert _reason_after(ep, text, wait_ms) == reason, text
 
 
 def test_one_word_among_others():
