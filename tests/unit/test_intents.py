@@ -264,6 +264,7 @@ TUESDAY = date(2025, 3, 4)
         ("one two three four", "1234"),
         ("my account number is 1234 5678", "12345678"),
         ("double five oh one", "5501"),
+        ("let me see it's five to seven nine triples zero one", "52790001"),
         ("four for two", "442"),
         ("talk to an agent", None),
         ("", None),
