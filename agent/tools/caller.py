@@ -320,9 +320,13 @@ class TestCaller:
     def _measure_barge_in(self, sid: int, result: TurnResult) -> Any:
         # From the caller's first voiced frame to the agent's last voiced frame.
         while self.source.started(sid) is None:
+            if self._ended():
+                return
             yield deferLater(self.reactor, 0.01)
         segment_start = self.source.started(sid).at_s  # type: ignore[union-attr]
         while self.source.first_voiced_after(segment_start) is None and self.source.finished(sid) is None:
+            if self._ended():
+                return
             yield deferLater(self.reactor, 0.01)
         started = self.source.first_voiced_after(segment_start) or segment_start
         deadline = time.monotonic() + 5.0
@@ -333,9 +337,16 @@ class TestCaller:
                 return
             yield deferLater(self.reactor, 0.02)
 
+    def _ended(self) -> bool:
+        return self.call is None or self.call.disconnected
+
     @defer.inlineCallbacks
     def _wait_segment(self, sid: int) -> Any:
+        """When the caller's turn *sid* ended (its last voiced frame); now, if the call ended
+        before it was played out (the agent hung up while the caller spoke or waited to)."""
         while self.source.finished(sid) is None:
+            if self._ended():
+                return time.monotonic()
             yield deferLater(self.reactor, 0.01)
         finished = self.source.finished(sid).at_s  # type: ignore[union-attr]
         # The turn ends with the caller's last voiced frame, not trailing silence.
