@@ -492,7 +492,7 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
     latency, barge = [], []
     paused = cut_ins = premature = in_pause = turns = turn_cut_ins = split = 0
     over = false_stops = over_wire = false_stops_wire = 0
-    asked = got = same = 0
+    asked = got = same = on_ask = got_on_ask = 0
     for r in rows:
         o = r.outcome
         if r.understood is not None:
@@ -500,6 +500,11 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
             asked += 1
             got += r.understood == "yes"
             same += r.understood in ("yes", "same_outcome")
+            # said at the ask the schedule planned it for (after a misunderstanding, a call's
+            # later turns come at other asks, where their intent may not be on offer)
+            if r.heard and r.step.ask is not None and all(h.step == r.step.ask for h in r.heard):
+                on_ask += 1
+                got_on_ask += r.understood == "yes"
         if o is None:
             continue
         if o.outcome == "turn" and o.latency_ms is not None:
@@ -528,6 +533,7 @@ def figures(rows: Iterable[ItemRow]) -> dict[str, Any]:
                 false_stops += stopped
     return {"items": len(rows), "turn_latency_ms": _stats(latency), "barge_in_stop_ms": _stats(barge),
             "understood": [got, asked], "understood_same_outcome": [same, asked],
+            "understood_at_planned_ask": [got_on_ask, on_ask],
             "split_turns": split, "cut_ins_all_turns": [turn_cut_ins, turns], "paused_turns": paused, "cut_ins": cut_ins, "premature_cut_ins": premature, "cut_ins_in_pause": in_pause,
             "false_stops": [false_stops, over], "false_stops_wire": [false_stops_wire, over_wire]}
 
@@ -553,7 +559,8 @@ def summarise_conditions(rows: Sequence[ItemRow]) -> dict[str, dict[str, Any]]:
     return {c: figures(groups[c]) for c in order}
 
 
-def _pct(pair: Sequence[int]) -> str:
+def fraction_text(pair: Sequence[int]) -> str:
+    """"3/4  75.0%" for [3, 4]; "-" for none of none."""
     n, d = pair
     return f"{n}/{d} {100.0 * n / d:5.1f}%" if d else "-"
 
@@ -566,10 +573,10 @@ def format_conditions(table: Mapping[str, Mapping[str, Any]]) -> str:
     for c, s in table.items():
         t, b = s["turn_latency_ms"], s["barge_in_stop_ms"]
         lat = f"{t['n']:>5} {t['p50']:>5.0f} {t['p95']:>5.0f} {t['p99']:>5.0f}" if t else f"{0:>5} {'-':>5} {'-':>5} {'-':>5}"
-        cut = _pct([s["premature_cut_ins"], s["paused_turns"]])
+        cut = fraction_text([s["premature_cut_ins"], s["paused_turns"]])
         stop = f"{b['p95']:.0f} (n {b['n']})" if b else "-"
-        lines.append(f"{c:<22} {lat}  {_pct(s['understood']):>13}  {cut:>17}  {_pct(s['cut_ins_all_turns']):>13}  "
-                     f"{_pct(s['false_stops']):>13}  "
+        lines.append(f"{c:<22} {lat}  {fraction_text(s['understood']):>13}  {cut:>17}  {fraction_text(s['cut_ins_all_turns']):>13}  "
+                     f"{fraction_text(s['false_stops']):>13}  "
                      f"{stop:>12}")
     return "\n".join(lines)
 

@@ -191,6 +191,28 @@ def test_figures_by_condition():
     assert list(both).index("codec G722") < list(both).index("codec PCMU") < list(both).index("interruption")
 
 
+def test_understood_is_also_counted_where_the_turn_came_at_its_planned_ask():
+    """After a misunderstanding a call's schedule runs ahead of the line: a turn planned for the
+    menu heard at anything_else is left out of understood_at_planned_ask (and kept in understood)."""
+    files = {f.name: f for f in corpus()}
+    steps = [ec.EvalStep(0, files["balance-flite"], "balance", "menu"),
+             ec.EvalStep(1, files["hours-p-flite"], "hours", "menu"),
+             ec.EvalStep(2, files["oos-1"], "no_match", "anything_else")]
+    outs = [outcome(s, k, "turn", 300.0) for k, s in enumerate(steps)]
+    record = {"dialogue": [
+        {"kind": "transcript", "step": "menu", "text": steps[0].file.text},
+        {"kind": "intent", "step": "menu", "intent": "goodbye"},
+        {"kind": "transcript", "step": "anything_else", "text": steps[1].file.text},
+        {"kind": "intent", "step": "anything_else", "intent": "hours"},
+        {"kind": "transcript", "step": "anything_else", "text": steps[2].file.text},
+        {"kind": "no_match", "step": "anything_else"}]}
+    rows = ec.rows_of_call(steps, outs, record, {}, calls=1)
+    assert [r.understood for r in rows] == ["no", "yes", "yes"]
+    a = ec.summarise_conditions(rows)["all"]
+    assert a["understood"] == [2, 3] and a["understood_at_planned_ask"] == [1, 2]
+    assert ec.fraction_text(a["understood_at_planned_ask"]) == "1/2  50.0%" and ec.fraction_text([0, 0]) == "-"
+
+
 def test_false_stops_are_the_holes_the_server_made_in_its_prompt():
     """With the server's prompt pauses in the record, a noise or backchannel is a false stop when
     the prompt paused 300 ms or more for it: a silence of the agent's on the wire that the server
