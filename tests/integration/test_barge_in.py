@@ -53,7 +53,10 @@ def test_uh_huh_and_a_noise_burst_do_not_stop_the_prompt_an_interruption_does(ag
         stop = uh_huh.item.onset_s + uh_huh.latency_ms / 1000.0
         resumed = min(t for t in tl.agent_voiced if t > stop)
         assert resumed - stop < 1.0, (uh_huh, resumed - stop)
-    assert noise.outcome in ("kept_talking", "false_barge_in"), noise
+    # On a loaded machine the noise may land in a gap between the menu's sentences (the prompt's
+    # timing moves with the "uh-huh" pause and the machine): the wire then has nothing to score,
+    # and the server's record below still shows the menu said once and no pause made for it.
+    assert noise.outcome in ("kept_talking", "false_barge_in", "not_over_speech"), noise
     assert interruption.outcome == "barge_in", interruption
     assert interruption.latency_ms is not None and interruption.latency_ms < 400, interruption
     assert interruption.reply_ms is not None and interruption.reply_ms < 1000, interruption
