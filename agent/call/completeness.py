@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import re
 
+from agent.dialplan.asks import KEY_LEAD_WORDS
 from agent.dialplan.slots import YES_COMPANIONS, bye_spelt_by
 
 __all__ = ["Completeness", "completeness", "turn_words"]
@@ -159,7 +160,7 @@ def is_bare_answer(text: str) -> bool:
 
 #: words around a request's one word that add nothing to it ("an agent, please", "option one",
 #: "balance, thanks"): with only these besides it, the word is the whole request
-_ONE_WORD_COMPANIONS = FILLERS | frozenset("a an the my your our please thanks thank option number press".split())
+_ONE_WORD_COMPANIONS = FILLERS | KEY_LEAD_WORDS | frozenset("a an the my your our please".split())
 
 
 def one_word_among_others(example: str, text: str) -> bool:

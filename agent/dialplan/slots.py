@@ -38,9 +38,8 @@ SLOT_TYPES = ("digits", "number", "yes_no", "date", "time", "text")
 _DIGIT_OF = {word: str(i) for i, word in enumerate(DIGIT_WORDS)}
 _DIGIT_OF.update({"oh": "0", "o": "0", "nil": "0", "nought": "0"})
 _DIGIT_SOUNDALIKES = {"to": "2", "too": "2", "for": "4", "won": "1", "ate": "8", "tree": "3"}
-_REPEATS = {"double": 2, "triple": 3}
-#: how the recogniser also spells them ("five two seven nine triples zero one")
-_REPEATS.update({"doubles": 2, "triples": 3, "tripl": 3, "tripple": 3})
+#: "double five" is 55; the recogniser also spells them "doubles", "triples", "tripl", "tripple"
+_REPEATS = {"double": 2, "triple": 3, "doubles": 2, "triples": 3, "tripl": 3, "tripple": 3}
 
 _UNITS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
