@@ -44,10 +44,19 @@ class Turn:
     agent_prompts: list[Reply] = field(default_factory=list)
     latency_ms: float | None = None
     barge_in: bool = False
+    #: why and when the caller's turn was taken to be over (spoken turns only): the endpointer's
+    #: reason, the silence it waited after the caller's last voice and the speech before it (ms)
+    end_of_turn: dict[str, Any] | None = None
+    #: from that decision to the reply's first audio (ms): what the reply itself took
+    reply_start_ms: float | None = None
 
     def as_record(self) -> dict[str, Any]:
-        return {"caller": self.caller_text, "dtmf": self.dtmf, "agent": [p.as_record() for p in self.agent_prompts],
-                "latency_ms": self.latency_ms, "barge_in": self.barge_in}
+        record = {"caller": self.caller_text, "dtmf": self.dtmf, "agent": [p.as_record() for p in self.agent_prompts],
+                  "latency_ms": self.latency_ms, "barge_in": self.barge_in}
+        if self.end_of_turn is not None:
+            record["end_of_turn"] = self.end_of_turn
+            record["reply_start_ms"] = self.reply_start_ms
+        return record
 
 
 @dataclass(frozen=True)

@@ -386,6 +386,8 @@ class CallSession:
         self.barge.on_turn_taken(decision.speech_end_at)
         spec = self.turn_taker.take_speculation()
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_at)
+        self.turns[-1].end_of_turn = {"reason": decision.reason, "silence_ms": round(decision.silence_s * 1000.0, 1),
+                                      "speech_ms": round(decision.speech_s * 1000.0, 1)}
         if decision.confidence is None and self.transcripts.awaiting_final and self.dialogue.asking_before_acting:
             # A yes or no to ending or transferring the call, in interim words: the dialogue acts
             # on a yes only when heard clearly, so it is given the recogniser's final (its
@@ -612,13 +614,17 @@ class CallSession:
         if event.type is PlayoutEventType.STARTED and self._awaiting_reply_since is not None:
             latency = max(0.0, event.at_s - self._awaiting_reply_since)
             self._awaiting_reply_since = None
+            reply_start = (max(0.0, event.at_s - self._decided_at)
+                           if self._decided_at is not None and self._awaiting_trigger == "speech" else None)
             if self.turns:
                 self.turns[-1].latency_ms = round(latency * 1000.0, 1)
+                if reply_start is not None and self.turns[-1].end_of_turn is not None:
+                    self.turns[-1].reply_start_ms = round(reply_start * 1000.0, 1)
             self._progress()
             if self._metrics:
                 self._metrics.turn_latency.labels(self._awaiting_trigger).observe(latency)
-                if self._decided_at is not None and self._awaiting_trigger == "speech":
-                    self._metrics.reply_start.observe(max(0.0, event.at_s - self._decided_at))
+                if reply_start is not None:
+                    self._metrics.reply_start.observe(reply_start)
         if event.type in (PlayoutEventType.FINISHED, PlayoutEventType.FLUSHED):
             self.speaker.ended(event)
         if event.type is not PlayoutEventType.FINISHED:

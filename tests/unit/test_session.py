@@ -1021,6 +1021,23 @@ def test_a_spoken_key_among_other_words_waits_the_answer_silence(interim: str, l
     assert any(t.startswith("We are open") for t in h.said()[before:])
 
 
+def test_the_turn_record_says_why_the_turn_ended_and_what_the_reply_took() -> None:
+    """A spoken turn's record names the endpointer's reason, the silence it waited and the speech
+    before it, and the time from that decision to the reply's first audio; the record of a turn
+    the caller did not speak (the greeting) has neither."""
+    h = Harness()
+    _answered_after(h, "i want them two", 250.0)
+    turn = h.session.turns[-1]
+    record = turn.as_record()
+    eot = record["end_of_turn"]
+    assert eot["reason"] == "one_word"
+    assert 250.0 <= eot["silence_ms"] <= 270.0, eot
+    assert 350.0 <= eot["speech_ms"] <= 420.0, eot
+    assert record["reply_start_ms"] is not None
+    assert 0.0 <= record["reply_start_ms"] <= record["latency_ms"] - eot["silence_ms"] + 1.0, record
+    assert "end_of_turn" not in h.session.turns[0].as_record()
+
+
 def test_unfinished_phrase_is_not_cut_during_a_500_ms_pause():
     """ "I would like to" + 500 ms pause + "check my balance": one turn, answered after the whole phrase."""
     h = Harness()
