@@ -52,7 +52,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
-from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, slot_phrases
+from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, is_bare_no, is_bare_yes, slot_phrases
 
 if TYPE_CHECKING:
     from agent.dialplan.semantic import SemanticScores, SentenceEncoder
@@ -325,6 +325,14 @@ class IntentMatcher:
             self._semantic = SemanticIndex(intents, encoder)
         self.threshold = threshold
         self.intent_names: tuple[str, ...] = tuple(intents)
+        #: per kind of bare answer ("yes", "no"), the intents one of whose examples is one, with
+        #: that example: a bare answer in other words ("indeed I do") means that intent, if one
+        self._bare_answers: dict[str, list[tuple[str, str]]] = {"yes": [], "no": []}
+        for name, examples in intents.items():
+            for kind, bare in (("yes", is_bare_yes), ("no", is_bare_no)):
+                said = next((e for e in examples if bare(e)), None)
+                if said is not None:
+                    self._bare_answers[kind].append((name, said))
         tokenised: list[tuple[str, str, list[str]]] = []
         document_frequency: dict[str, set[str]] = {}
         for name, examples in intents.items():
@@ -361,6 +369,14 @@ class IntentMatcher:
             return lexical
         if lexical is None and not _has_content_word(transcript):
             return None  # "i would like to", "can i": no request yet, whatever it resembles
+        if lexical is None and (is_bare_yes(transcript) or is_bare_no(transcript)):
+            # "yeah", "indeed I do": a bare answer means no request by its sound-alikes ("yes" is
+            # not "are you open"), only the one intent whose examples give such an answer
+            takers = self._bare_answers["no" if is_bare_no(transcript) else "yes"]
+            if len(takers) != 1:
+                return None
+            name, example = takers[0]
+            return IntentMatch(name, SEMANTIC_SCORE_CEILING, example) if SEMANTIC_SCORE_CEILING >= self.threshold else None
         meaning = self._semantic.compare(transcript)
         if lexical is not None:
             own = meaning.by_intent[lexical.name]

@@ -81,6 +81,28 @@ def test_out_of_scope_requests_match_nothing(menu: IntentMatcher, transcript: st
     assert menu.match(transcript) is None, menu.scores(transcript)
 
 
+@pytest.mark.parametrize("transcript", ["yeah", "yes", "yep sure", "okay", "alright", "nope", "no thank you"])
+def test_a_bare_answer_is_no_request_by_meaning(menu: IntentMatcher, transcript: str) -> None:
+    """A yes or a no alone means no request of an ask whose examples give no such answer, however
+    near its vector lies to one ("yes" and "are you open late" come out close)."""
+    assert menu.match(transcript) is None, menu.scores(transcript)
+
+
+@pytest.mark.parametrize(("transcript", "intent"), [("indeed i do", "something_else"), ("yes please", "something_else"),
+                                                    ("nah", "nothing_else"), ("no", "nothing_else")])
+def test_a_bare_answer_means_the_intent_whose_examples_give_one(encoder: WordLlamaEncoder, transcript: str,
+                                                                 intent: str) -> None:
+    """At "anything else?", whose intents take a yes and a no, a yes or no in other words means
+    the intent that takes it; "indeed I do" as a match by meaning (not sure enough to end a turn
+    at once)."""
+    anything_else = IntentMatcher({"something_else": ["yes", "another question"],
+                                   "nothing_else": ["no", "that's all"]}, encoder=encoder)
+    match = anything_else.match(transcript)
+    assert match is not None and match.name == intent, match
+    if transcript == "indeed i do":  # (the others are also the examples' words, written out)
+        assert match.score < COMPLETE_MIN_SCORE
+
+
 @pytest.mark.parametrize(
     "fragment",
     ["i would like to", "i was wondering if", "could you", "can i", "i need to", "i want", "so um"],
