@@ -325,14 +325,10 @@ class IntentMatcher:
             self._semantic = SemanticIndex(intents, encoder)
         self.threshold = threshold
         self.intent_names: tuple[str, ...] = tuple(intents)
-        #: per kind of bare answer ("yes", "no"), the intents one of whose examples is one, with
-        #: that example: a bare answer in other words ("indeed I do") means that intent, if one
-        self._bare_answers: dict[str, list[tuple[str, str]]] = {"yes": [], "no": []}
-        for name, examples in intents.items():
-            for kind, bare in (("yes", is_bare_yes), ("no", is_bare_no)):
-                said = next((e for e in examples if bare(e)), None)
-                if said is not None:
-                    self._bare_answers[kind].append((name, said))
+        #: the kinds of bare answer ("yes", "no") one of whose examples is one: at such an ask a
+        #: yes or no in other words ("indeed I do") may mean an intent; elsewhere it means none
+        self._bare_answers = frozenset(kind for examples in intents.values() for e in examples
+                                       for kind, bare in (("yes", is_bare_yes), ("no", is_bare_no)) if bare(e))
         tokenised: list[tuple[str, str, list[str]]] = []
         document_frequency: dict[str, set[str]] = {}
         for name, examples in intents.items():
@@ -369,14 +365,8 @@ class IntentMatcher:
             return lexical
         if lexical is None and not _has_content_word(transcript):
             return None  # "i would like to", "can i": no request yet, whatever it resembles
-        if lexical is None and (is_bare_yes(transcript) or is_bare_no(transcript)):
-            # "yeah", "indeed I do": a bare answer means no request by its sound-alikes ("yes" is
-            # not "are you open"), only the one intent whose examples give such an answer
-            takers = self._bare_answers["no" if is_bare_no(transcript) else "yes"]
-            if len(takers) != 1:
-                return None
-            name, example = takers[0]
-            return IntentMatch(name, SEMANTIC_SCORE_CEILING, example) if SEMANTIC_SCORE_CEILING >= self.threshold else None
+        if lexical is None and not self._takes_bare_answer(transcript):
+            return None  # "yeah", "okay" at a menu: no request, however near "are you open late"
         meaning = self._semantic.compare(transcript)
         if lexical is not None:
             own = meaning.by_intent[lexical.name]
@@ -385,6 +375,12 @@ class IntentMatcher:
             ):
                 return lexical
         return self._match_by_meaning(meaning)
+
+    def _takes_bare_answer(self, transcript: str) -> bool:
+        """Is *transcript* no bare yes or no ("yeah", "okay thanks", "nope"), or one this ask's
+        examples give (its intents take answers: "anything else?")?"""
+        kind = "no" if is_bare_no(transcript) else "yes" if is_bare_yes(transcript) else None
+        return kind is None or kind in self._bare_answers
 
     def _match_by_meaning(self, meaning: SemanticScores) -> IntentMatch | None:
         order = {name: i for i, name in enumerate(self.intent_names)}
