@@ -349,8 +349,6 @@ BACKGROUND: tuple[str, ...] = tuple(p.strip() for p in """
     set up direct debit
     what is the weather like
     tell me a joke
-    sing me a song
-    play some music
     i don't know
     can you help me
     hello

@@ -52,7 +52,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
-from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, is_bare_no, is_bare_yes, slot_phrases
+from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, slot_phrases
 
 if TYPE_CHECKING:
     from agent.dialplan.semantic import SemanticScores, SentenceEncoder
@@ -325,10 +325,6 @@ class IntentMatcher:
             self._semantic = SemanticIndex(intents, encoder)
         self.threshold = threshold
         self.intent_names: tuple[str, ...] = tuple(intents)
-        #: the kinds of bare answer ("yes", "no") one of whose examples is one: at such an ask a
-        #: yes or no in other words ("indeed I do") may mean an intent; elsewhere it means none
-        self._bare_answers = frozenset(kind for examples in intents.values() for e in examples
-                                       for kind, bare in (("yes", is_bare_yes), ("no", is_bare_no)) if bare(e))
         tokenised: list[tuple[str, str, list[str]]] = []
         document_frequency: dict[str, set[str]] = {}
         for name, examples in intents.items():
@@ -365,8 +361,6 @@ class IntentMatcher:
             return lexical
         if lexical is None and not _has_content_word(transcript):
             return None  # "i would like to", "can i": no request yet, whatever it resembles
-        if lexical is None and not self._takes_bare_answer(transcript):
-            return None  # "yeah", "okay" at a menu: no request, however near "are you open late"
         meaning = self._semantic.compare(transcript)
         if lexical is not None:
             own = meaning.by_intent[lexical.name]
@@ -375,12 +369,6 @@ class IntentMatcher:
             ):
                 return lexical
         return self._match_by_meaning(meaning)
-
-    def _takes_bare_answer(self, transcript: str) -> bool:
-        """Is *transcript* no bare yes or no ("yeah", "okay thanks", "nope"), or one this ask's
-        examples give (its intents take answers: "anything else?")?"""
-        kind = "no" if is_bare_no(transcript) else "yes" if is_bare_yes(transcript) else None
-        return kind is None or kind in self._bare_answers
 
     def _match_by_meaning(self, meaning: SemanticScores) -> IntentMatch | None:
         order = {name: i for i, name in enumerate(self.intent_names)}

@@ -81,30 +81,6 @@ def test_out_of_scope_requests_match_nothing(menu: IntentMatcher, transcript: st
     assert menu.match(transcript) is None, menu.scores(transcript)
 
 
-@pytest.mark.parametrize("transcript", ["yeah", "yes", "yep sure", "okay", "alright", "nope", "no thank you"])
-def test_a_bare_answer_is_no_request_by_meaning(menu: IntentMatcher, transcript: str) -> None:
-    """A yes or a no alone means no request of an ask whose examples give no such answer, however
-    near its vector lies to one ("yes" and "are you open late" come out close; "okay" and "okay
-    bye")."""
-    assert menu.match(transcript) is None, menu.scores(transcript)
-
-
-@pytest.mark.parametrize(("transcript", "intent"), [("indeed i do", "something_else"), ("yes please", "something_else"),
-                                                    ("nah", "nothing_else"), ("no", "nothing_else"),
-                                                    ("okay thanks", "nothing_else")])
-def test_a_bare_answer_means_the_intent_whose_examples_give_one(encoder: WordLlamaEncoder, transcript: str,
-                                                                 intent: str) -> None:
-    """At "anything else?", whose intents take a yes and a no, a yes or no in other words means
-    the intent it is nearest in meaning ("indeed I do" a yes, "okay thanks" a no thanks), not sure
-    enough to end a turn at once."""
-    anything_else = IntentMatcher({"something_else": ["yes", "another question"],
-                                   "nothing_else": ["no", "that's all", "I'm done thanks"]}, encoder=encoder)
-    match = anything_else.match(transcript)
-    assert match is not None and match.name == intent, match
-    if transcript in ("indeed i do", "okay thanks"):  # (the others are the examples' words)
-        assert match.score < COMPLETE_MIN_SCORE
-
-
 @pytest.mark.parametrize(
     "fragment",
     ["i would like to", "i was wondering if", "could you", "can i", "i need to", "i want", "so um"],
