@@ -49,6 +49,27 @@ def test_other_words_or_a_salad_of_hint_words_is_open_speech() -> None:
     assert j.mean_ln_prob("check my balance".split(), True) > j.mean_ln_prob("balance my check".split(), True)
 
 
+def test_a_phrase_framed_by_a_few_words_reads_as_the_hints() -> None:
+    """A hinted phrase of two content words with up to three other words around it reads as the
+    hints however unlikely the framing is under the phrases' model ("what are the opening hours");
+    not with more words, not said twice, and not a phrase of one content word."""
+    sents = phrase_lm.sentences(("opening hours", "a human", "check my balance"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "phrases.arpa")
+        with open(path, "w") as f:
+            f.write(phrase_lm.build_arpa(sents))
+        model = pocketsphinx.NGramModel(pocketsphinx.Config(loglevel="FATAL"), pocketsphinx.LogMath(), path)
+    from agent.speech.server.decoders import HintModels
+    j = HintModels._judge(sents, sents)
+    assert ("opening", "hours") in j.phrases and ("a", "human") not in j.phrases
+    for text in ("what are the opening hours", "tell me opening hours", "opening hours"):
+        assert j.accepts(text.split(), final=True), text
+    assert PhraseJudge(model, j.words).mean_ln_prob("what are the opening hours".split(), True) < j.min_mean_ln_prob
+    for text in ("i would like to know the opening hours", "i need a human being please", "my card was stolen"):
+        assert not j.accepts(text.split(), final=True), text
+    assert not j.holds_phrase("opening hours the opening hours".split())
+
+
 @dataclass
 class Hyp:
     hypstr: str

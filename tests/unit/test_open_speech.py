@@ -127,6 +127,43 @@ def test_hint_words_the_decoder_settles_on_do_not_replace_what_whisper_heard_wit
         assert len(whisper.calls) == 1
 
 
+class VoiceDecoder(WordsDecoder):
+    """Says *first* until the voice comes back after a drop, then *then* (a hint decoder that
+    hears the rest of the sentence after a dip inside it)."""
+
+    def __init__(self, first: str, then: str) -> None:
+        super().__init__(first)
+        self.then = then
+        self.processed = 0
+
+    def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None:
+        super().process_raw(audio, no_search, full_utt)
+        self.processed += len(audio)
+        if self.processed > 32 * 900:  # (16 kHz pcm16: past the second tone's start)
+            self.text = self.then
+
+
+def test_hint_words_that_go_on_from_what_whisper_heard_stand_at_the_end() -> None:
+    """ "when do you | close": at a dip the hint decoder's "when do you" reads as no hint and
+    Whisper hears "when do you"; the voice goes on and the decoder hears "when do you close",
+    which reads as the hints and goes on from Whisper's words: they stand, and Whisper is not run
+    again at the end (its run would hold the last word back). Words that start over ("when do you
+    when do you close", the decoder repeating itself) do not."""
+    class EndsOnAHint(Judge):
+        def accepts(self, words: list[str], final: bool) -> bool:  # ("when do you" alone is no hint)
+            return super().accepts(words, final) and words[-1:] == ["close"]
+
+    hints = EndsOnAHint(frozenset("when do you close".split()))
+    for then, want, runs in (("when do you close", "when do you close", 1),
+                             ("when do you when do you close", "when do you", 2)):
+        whisper = ScriptedTranscriber("when do you")
+        decoder = OpenSpeechDecoder(VoiceDecoder("when do you oh", then), whisper, hints)
+        audio = silence(200) + tone(400) + silence(120) + tone(300) + silence(500)
+        finals = [e for e in run(decoder, audio) if isinstance(e, FinalHypothesis)]
+        assert [f.transcript for f in finals] == [want], then
+        assert len(whisper.calls) == runs, then
+
+
 def test_voice_after_the_flush_is_heard_again_at_the_end() -> None:
     whisper = ScriptedTranscriber()
     decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, Judge(frozenset({"balance"})))

@@ -23,6 +23,9 @@ import pocketsphinx
 MIN_MEAN_LN_PROB = -3.5
 #: what a word outside the phrases (one of the hint model's everyday words) counts
 OTHER_WORD_LN_PROB = -6.0
+#: a hinted phrase of two content words or more with at most this many other words reads as the
+#: hints (Whisper need not read the dialplan's requests in the caller's framing: docs/speech.md)
+MAX_WORDS_AROUND_PHRASE = 3
 #: pocketsphinx's log base (``logbase``): language model scores are in these units
 _LN_LOGBASE = math.log(1.0001)
 _BOS, _EOS = "<s>", "</s>"
@@ -40,6 +43,9 @@ class PhraseJudge:
     words: frozenset[str]
     min_mean_ln_prob: float = MIN_MEAN_LN_PROB
     other_word_ln_prob: float = OTHER_WORD_LN_PROB
+    #: the hinted phrases of two content words or more ("opening hours", "check my balance"; not
+    #: "a human"): a few words around one of them read as the hints ("what are your opening hours")
+    phrases: frozenset[tuple[str, ...]] = frozenset()
 
     def mean_ln_prob(self, words: Sequence[str], final: bool) -> float:
         """Mean natural-log probability per word (and end of sentence when *final*)."""
@@ -55,7 +61,22 @@ class PhraseJudge:
         return total / len(targets) if targets else 0.0
 
     def accepts(self, words: Sequence[str], final: bool) -> bool:
-        return self.mean_ln_prob(words, final) >= self.min_mean_ln_prob
+        return self.mean_ln_prob(words, final) >= self.min_mean_ln_prob or self.holds_phrase(words)
+
+    def holds_phrase(self, words: Sequence[str]) -> bool:
+        """Is one of :attr:`phrases` among *words*, with at most
+        :data:`MAX_WORDS_AROUND_PHRASE` others, none of them one of its own ("what are your opening
+        hours", "could you tell me the opening hours")?"""
+        for phrase in self.phrases:
+            n = len(phrase)
+            if len(words) - n > MAX_WORDS_AROUND_PHRASE:
+                continue
+            for i in range(len(words) - n + 1):
+                # the phrase said once, the other words only framing it ("no thanks no thanks not
+                # thanks" is the decoder repeating itself over the audio, not the hints)
+                if tuple(words[i:i + n]) == phrase and not set(words[:i] + words[i + n:]) & set(phrase):
+                    return True
+        return False
 
 
 class BiasedDecoder:

@@ -12,6 +12,7 @@ from typing import Callable
 
 import pocketsphinx
 
+from agent.dialplan.intents import STOP_WORDS
 from agent.speech.server import phrase_lm
 from agent.speech.server.biasing import PhraseJudge
 from agent.speech.server.recognizer import DECODER_OPTIONS, new_decoder
@@ -119,7 +120,7 @@ class HintModels:
                 words = sorted({w for sent in sents for w in sent} | set(background))
                 pool = DecoderPool(self._max_idle, factory=lambda: self._build(arpa, words))
                 if self.open_speech != "hints":
-                    pool.judge = self._judge(sents)
+                    pool.judge = self._judge(sents, hinted)
             self._pools[key] = pool  # most recent last
             while len(self._pools) > self._max_sets:
                 self._pools.pop(next(iter(self._pools)))
@@ -167,14 +168,15 @@ class HintModels:
         return self._pronunciations
 
     @staticmethod
-    def _judge(sents: list[list[str]]) -> PhraseJudge:
-        """A judge of the phrases alone (no background words)."""
+    def _judge(sents: list[list[str]], hinted: list[list[str]]) -> PhraseJudge:
+        """A judge of the phrases alone (no background words); *hinted*: the hint phrases."""
         with tempfile.TemporaryDirectory(prefix="openclaw-hints-") as tmp:
             path = os.path.join(tmp, "phrases.arpa")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(phrase_lm.build_arpa(sents))
             model = pocketsphinx.NGramModel(pocketsphinx.Config(loglevel="FATAL"), pocketsphinx.LogMath(), path)
-        return PhraseJudge(model, frozenset(w for sent in sents for w in sent))
+        return PhraseJudge(model, frozenset(w for sent in sents for w in sent),
+                           phrases=frozenset(tuple(p) for p in hinted if sum(w not in STOP_WORDS for w in p) >= 2))
 
     def _build(self, arpa: str, words: list[str]) -> pocketsphinx.Decoder:
         dictionary = self._dictionary()

@@ -190,7 +190,8 @@ class OpenSpeechDecoder:
             hyp = self.decoder.hyp()
             words = hyp.hypstr.split() if hyp is not None else []
             self._accepted = not words or (self._judge.accepts(words, self._final)
-                                           and not self._whisper_heard_otherwise())
+                                           and not (self._whisper_heard_otherwise()
+                                                    and not self._goes_on_from_whisper(words)))
         return self._accepted
 
     def _whisper_heard_otherwise(self) -> bool:
@@ -201,6 +202,19 @@ class OpenSpeechDecoder:
         caller's. Below WHISPER_OVER_HINTS_MIN_CONFIDENCE Whisper's short-utterance slips
         ("hours hours", "some body") would replace the hint decoder's right words."""
         return self._whisper_off_hints[self._final]
+
+    def _goes_on_from_whisper(self, words: Sequence[str]) -> bool:
+        """Do the decoder's *words* go on from what Whisper heard at an earlier checkpoint, the
+        caller's voice having gone on since ("when do you" at a dip inside "when do you close")?
+        Whisper then read part of the sentence, its last word maybe cut: the decoder agrees with
+        all its words but that last one (at least one), and has more, not starting over."""
+        w = self._whisper
+        if w is None or not self._voice_since:
+            return False
+        heard = w.text.split()
+        agreed = max(1, len(heard) - 1)
+        # (not when the decoder starts over: "no thanks no thanks" is it repeating itself)
+        return len(words) > agreed and list(words[:agreed]) == heard[:agreed] and heard[0] not in words[agreed:]
 
     def _run_whisper(self) -> None:
         context: dict[str, tuple[bytes, str]] = {}
