@@ -49,6 +49,14 @@ def is_backchannel(text: str) -> bool:
     return w == "" or w in BACKCHANNELS or all(x in BACKCHANNELS for x in w.split())
 
 
+def acknowledges_only(text: str, offers_intents: bool, slot_type: str | None,
+                      peek_intent: Callable[[str], object | None]) -> bool:
+    """Are *text*'s words only an acknowledgement or a hesitation ("all right", "oh"), at an ask
+    that offers intents (*offers_intents*, no slot) and takes none of them from these words
+    (*peek_intent*, by the examples' words)? They answer nothing: the agent goes on listening."""
+    return offers_intents and slot_type is None and is_backchannel(text) and peek_intent(text) is None
+
+
 #: a full stop, question or exclamation mark at the end, closing quotes and brackets aside; not
 #: the last dot of an ellipsis
 _SENTENCE_END = re.compile(r"(?<!\.)[.?!][\"')\]]*\s*$")
@@ -159,6 +167,11 @@ class EndOfTurn:
     @property
     def silence_s(self) -> float:
         return self.decided_at - self.speech_end_at
+
+    def as_record(self) -> dict[str, object]:
+        """Why and when the turn was taken to be over, for the call record (ms)."""
+        return {"reason": self.reason, "silence_ms": round(self.silence_s * 1000.0, 1),
+                "speech_ms": round(self.speech_s * 1000.0, 1)}
 
     @property
     def speech_started_at(self) -> float:

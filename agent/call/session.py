@@ -32,8 +32,8 @@ from agent.app.metrics import AgentMetrics
 from agent.call.barge import BargeController
 from agent.call.bargein import BargeIn, BargeInConfig
 from agent.call.completeness import one_word_among_others
-from agent.call.endpointer import (EndOfTurn, EndpointerConfig, TranscriptAssembler, is_acknowledgement, is_backchannel,
-                                   is_thinking_aloud)
+from agent.call.endpointer import (EndOfTurn, EndpointerConfig, TranscriptAssembler, acknowledges_only,
+                                   is_acknowledgement, is_backchannel, is_thinking_aloud)
 from agent.call.hold import CallHold
 from agent.call.pipeline import PERIODIC_VOICE, SIBILANT_DB, MediaPipeline
 from agent.call.prosody import ProsodyTracker
@@ -386,8 +386,7 @@ class CallSession:
         self.barge.on_turn_taken(decision.speech_end_at)
         spec = self.turn_taker.take_speculation()
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_at)
-        self.turns[-1].end_of_turn = {"reason": decision.reason, "silence_ms": round(decision.silence_s * 1000.0, 1),
-                                      "speech_ms": round(decision.speech_s * 1000.0, 1)}
+        self.turns[-1].end_of_turn = decision.as_record()
         if decision.confidence is None and self.transcripts.awaiting_final and self.dialogue.asking_before_acting:
             # A yes or no to ending or transferring the call, in interim words: the dialogue acts
             # on a yes only when heard clearly, so it is given the recogniser's final (its
@@ -426,8 +425,7 @@ class CallSession:
         if listen.slot_type == "yes_no":
             return is_thinking_aloud(text) or (
                 began_over_prompt and self.dialogue.asking_before_acting and is_acknowledgement(text))
-        return (bool(listen.intents) and listen.slot_type is None and is_backchannel(text)
-                and self.dialogue.peek_intent(text) is None)
+        return acknowledges_only(text, bool(listen.intents), listen.slot_type, self.dialogue.peek_intent)
 
     def _answer(self, text: str, confidence: float | None, alternatives: tuple[str, ...] = ()) -> None:
         t0 = self._reactor.seconds()
@@ -618,7 +616,7 @@ class CallSession:
                            if self._decided_at is not None and self._awaiting_trigger == "speech" else None)
             if self.turns:
                 self.turns[-1].latency_ms = round(latency * 1000.0, 1)
-                if reply_start is not None and self.turns[-1].end_of_turn is not None:
+                if reply_start is not None:
                     self.turns[-1].reply_start_ms = round(reply_start * 1000.0, 1)
             self._progress()
             if self._metrics:
