@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BACKGROUND", "CONCEPTS", "Concept", "concept_phrases"]
+__all__ = ["BACKGROUND", "CLOSINGS", "CONCEPTS", "Concept", "NEGATIVE_ANSWERS", "adopted", "concept_phrases"]
 
 
 @dataclass(frozen=True)
@@ -310,6 +310,8 @@ CONCEPTS: tuple[Concept, ...] = (
         could you help me with another thing
         i also wanted to ask
         there is one other thing
+        i'm not done yet
+        wait i'm not finished
         """),
 )
 """The common requests, each adopted by the intents that list one of its anchors."""
@@ -436,11 +438,23 @@ BACKGROUND: tuple[str, ...] = tuple(p.strip() for p in """
 """Requests that no intent covers unless its own examples say so."""
 
 
+CLOSINGS = frozenset({"end_call", "nothing_more"})
+"""Concepts that close the call or the conversation: never what "I'm not done" asks for."""
+
+NEGATIVE_ANSWERS = frozenset({"decline", "nothing_more"})
+"""Concepts said in the negative ("no", "I don't need anything else"): a negation is their request."""
+
+
+def _adopted(examples: tuple[str, ...] | list[str]) -> list[Concept]:
+    own = {" ".join(e.lower().replace("'", "").split()) for e in examples}
+    return [c for c in CONCEPTS if any(a.replace("'", "") in own for a in c.anchors)]
+
+
+def adopted(examples: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """The names of the concepts that one of *examples* anchors (normalised comparison)."""
+    return frozenset(c.name for c in _adopted(examples))
+
+
 def concept_phrases(examples: tuple[str, ...] | list[str]) -> list[str]:
     """The phrases of every concept that one of *examples* anchors (normalised comparison)."""
-    own = {" ".join(e.lower().replace("'", "").split()) for e in examples}
-    out: list[str] = []
-    for concept in CONCEPTS:
-        if any(a.replace("'", "") in own for a in concept.anchors):
-            out.extend(concept.phrases)
-    return out
+    return [p for c in _adopted(examples) for p in c.phrases]

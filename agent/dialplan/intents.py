@@ -41,6 +41,8 @@ background requests that no intent covers. :meth:`IntentMatcher.match` then deci
   mapped into [:data:`SEMANTIC_SCORE_FLOOR`, :data:`SEMANTIC_SCORE_CEILING`], below the 0.9 that
   marks words as a complete request, so only the dialplan's own words can end a turn early;
 * else nothing matches: the request is out of scope.
+
+Words said in the negative select no intent they negate (:meth:`IntentMatcher.match`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
+
+from agent.dialplan.intent_concepts import CLOSINGS, NEGATIVE_ANSWERS, adopted
+from agent.dialplan.negation import has_negation, says_not_done, without_unwanted
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
 from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, slot_phrases
@@ -325,6 +330,10 @@ class IntentMatcher:
             self._semantic = SemanticIndex(intents, encoder)
         self.threshold = threshold
         self.intent_names: tuple[str, ...] = tuple(intents)
+        concepts = {name: adopted(list(examples)) for name, examples in intents.items()}
+        #: intents that close the call or the conversation, and those said in the negative
+        self._closings = frozenset(n for n, c in concepts.items() if c & CLOSINGS)
+        self._negative_answers = frozenset(n for n, c in concepts.items() if c & NEGATIVE_ANSWERS)
         tokenised: list[tuple[str, str, list[str]]] = []
         document_frequency: dict[str, set[str]] = {}
         for name, examples in intents.items():
@@ -352,7 +361,24 @@ class IntentMatcher:
         """Return the best intent for *transcript*, or None when no intent is convincing.
 
         *by_meaning* False: by the examples' words alone (what a sure match needs: a match by
-        meaning never scores :data:`LEXICAL_SURE_SCORE`), without embedding the transcript."""
+        meaning never scores :data:`LEXICAL_SURE_SCORE`), without embedding the transcript.
+        Words said in the negative (:mod:`agent.dialplan.negation`) select no intent they
+        negate: "I don't want to talk to a person" none, "I'm not done" no closing, "I don't
+        want to hang up, I want my balance" the balance."""
+        match = self._match(transcript, by_meaning)
+        if match is None or (match.name in self._closings and says_not_done(transcript)):
+            return None
+        if match.name in self._negative_answers or has_negation(match.example):
+            return match
+        rest = without_unwanted(transcript)
+        if rest is None:
+            return match
+        again = self._match(rest, by_meaning) if rest else None
+        if again is None or (again.name in self._closings and says_not_done(rest)):
+            return None
+        return again
+
+    def _match(self, transcript: str, by_meaning: bool) -> IntentMatch | None:
         ranked = self.scores(transcript)
         lexical = ranked[0] if ranked and ranked[0].score >= self.threshold else None
         if self._semantic is None or not by_meaning or not transcript.strip():

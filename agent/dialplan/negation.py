@@ -1,0 +1,109 @@
+"""Requests said in the negative: "I don't want to talk to a person" asks for no person.
+
+Both the examples' words and a sentence encoder read "I don't want to hang up" as close to
+"hang up", and "I'm not finished" as close to "I'm finished, goodbye". Two word rules say what
+such words do not ask for, before the dialogue acts on them:
+
+* :func:`without_unwanted` takes out what the caller says they do not want or need ("don't
+  want to talk to a person", "I don't need my balance", "do not hang up"), up to where the
+  caller goes on with something else ("... , I want a person", "... , just my balance",
+  "... thanks bye"); the rest of the words are matched instead.
+* :func:`says_not_done` finds "I'm not done", "I'm not finished yet", "I haven't finished":
+  words that never close a call.
+
+Word rules rather than a model: the sentence encoder (:mod:`agent.dialplan.semantic`) puts a
+sentence and its negation close together, and these few constructions are the ones callers use.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["has_negation", "says_not_done", "without_unwanted"]
+
+_CONTRACTIONS = (
+    (re.compile(r"\bcan't\b"), "can not"),
+    (re.compile(r"\bwon't\b"), "will not"),
+    (re.compile(r"\bain't\b"), "is not"),
+    (re.compile(r"\b(\w+)n't\b"), r"\1 not"),
+    (re.compile(r"\bdont\b"), "do not"),
+    (re.compile(r"\bdoesnt\b"), "does not"),
+    (re.compile(r"\bdidnt\b"), "did not"),
+)
+
+#: a negated wish: "do not want to", "don't really need", "never wanted", "no longer need"; and
+#: a negated order at the start of the words ("don't hang up", "please do not transfer me")
+_UNWANTED = re.compile(
+    r"\b(?:(?:do|does|did) not|never|no longer)\s+(?:really\s+|even\s+)?"
+    r"(?:want|wants|wanted|wanna|need|needs|needed|wish)\b(?:\s+to\b)?"
+    r"|^(?:(?:please|no|oh|well|um|uh)\s+)*do not\b(?!\s+(?:know|think|understand|remember|see)\b)"
+)
+
+#: words with which the caller goes on to something else after what they do not want: a new
+#: clause ("i want", "can you"), "but"/"just"/"instead", or a closing ("thanks bye"). Not the
+#: verbs of an order ("put me through"): "I don't want you to put me through" goes on with them
+_GOES_ON = frozenset("""
+    i i'm i'd i'll i've im id ill ive but just instead rather can could would
+    thanks thank cheers bye goodbye
+    """.split())
+
+#: "not done", "not finished yet", "not quite through", "haven't finished", "not over"
+_NOT_DONE = re.compile(
+    r"\bnot\s+(?:quite\s+|yet\s+|all\s+|totally\s+|completely\s+)?(?:done|finished|through|over|complete)\b"
+    r"|\bnot\s+(?:finished|done)\s+yet\b|\bhave not\s+(?:finished|ended|completed)\b"
+)
+
+#: not wanting a machine is asking for a person ("I don't want to talk to a robot"): such words
+#: are left as they are
+_MACHINE = frozenset("robot robots machine machines computer computers bot bots automated recording system".split())
+
+_NEGATION = re.compile(r"\b(?:not|never|no longer|nothing|no)\b")
+
+#: words that are no request on their own (what is left of "no, I don't want to hang up")
+_NOT_A_REQUEST = frozenset("""
+    no nope nah yes yeah yep okay ok oh well um uh so and but just i i'm im me please then now
+    really actually
+    """.split())
+
+
+def _plain(text: str) -> str:
+    lowered = " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("’", "'")).split())
+    for pattern, written in _CONTRACTIONS:
+        lowered = pattern.sub(written, lowered)
+    return lowered
+
+
+def has_negation(text: str) -> bool:
+    """Does *text* say something in the negative ("i don't want to talk to a robot", "no
+    thanks", "nothing else")? Such an example or phrase is meant with its negation."""
+    return _NEGATION.search(_plain(text)) is not None
+
+
+def says_not_done(text: str) -> bool:
+    """Does the caller say they are not done ("wait, I'm not done yet", "I haven't finished")?"""
+    return _NOT_DONE.search(_plain(text)) is not None
+
+
+def without_unwanted(text: str) -> str | None:
+    """*text* without what the caller says they do not want ("I don't want to talk to a
+    person, I want my balance" -> "i i want my balance"); None when it says no such thing. An
+    empty string when nothing that could be a request is left ("no, I don't want to hang up")."""
+    plain = _plain(text)
+    found = _UNWANTED.search(plain)
+    if found is None:
+        return None
+    kept: list[str] = []
+    rest = plain
+    while found is not None:
+        kept.extend(rest[: found.start()].split())
+        after = rest[found.end():].split()
+        # the negated words run to where the caller goes on with something else
+        n = next((i for i, w in enumerate(after) if i > 0 and w in _GOES_ON), len(after))
+        if _MACHINE.intersection(after[:n]):
+            return None
+        rest = " ".join(after[n:])
+        found = _UNWANTED.search(rest)
+    kept.extend(rest.split())
+    if all(w in _NOT_A_REQUEST for w in kept):
+        return ""
+    return " ".join(kept)
