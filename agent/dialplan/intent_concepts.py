@@ -310,8 +310,6 @@ CONCEPTS: tuple[Concept, ...] = (
         could you help me with another thing
         i also wanted to ask
         there is one other thing
-        i'm not done yet
-        wait i'm not finished
         """),
 )
 """The common requests, each adopted by the intents that list one of its anchors."""
