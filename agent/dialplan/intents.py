@@ -54,7 +54,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from agent.dialplan.intent_concepts import CLOSINGS, NEGATIVE_ANSWERS, adopted
-from agent.dialplan.negation import has_negation, says_not_done, without_unwanted
+from agent.dialplan.negation import after_not_done, has_negation, says_not_done, without_unwanted
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
 from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, slot_phrases
@@ -363,10 +363,17 @@ class IntentMatcher:
         *by_meaning* False: by the examples' words alone (what a sure match needs: a match by
         meaning never scores :data:`LEXICAL_SURE_SCORE`), without embedding the transcript.
         Words said in the negative (:mod:`agent.dialplan.negation`) select no intent they
-        negate: "I don't want to talk to a person" none, "I'm not done" no closing, "I don't
-        want to hang up, I want my balance" the balance."""
+        negate: "I don't want to talk to a person" none, "I'm not done" no closing ("I'm not
+        done, one more thing" what follows), "I don't want to hang up, I want my balance" the
+        balance."""
         match = self._match(transcript, by_meaning)
-        if match is None or (match.name in self._closings and says_not_done(transcript)):
+        if says_not_done(transcript) and (match is None or match.name in self._closings):
+            # "I'm not finished, there's another thing": the request is what follows
+            rest = after_not_done(transcript)
+            match = self._match(rest, by_meaning) if rest else None
+            if match is None or match.name in self._closings:
+                return None
+        if match is None:
             return None
         if match.name in self._negative_answers or has_negation(match.example):
             return match

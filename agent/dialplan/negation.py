@@ -9,7 +9,8 @@ such words do not ask for, before the dialogue acts on them:
   caller goes on with something else ("... , I want a person", "... , just my balance",
   "... thanks bye"); the rest of the words are matched instead.
 * :func:`says_not_done` finds "I'm not done", "I'm not finished yet", "I haven't finished":
-  words that never close a call.
+  words that never close a call; what follows them (:func:`after_not_done`: "..., there's
+  another thing") is the caller's request.
 
 Word rules rather than a model: the sentence encoder (:mod:`agent.dialplan.semantic`) puts a
 sentence and its negation close together, and these few constructions are the ones callers use.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["has_negation", "says_not_done", "without_unwanted"]
+__all__ = ["after_not_done", "has_negation", "says_not_done", "without_unwanted"]
 
 _CONTRACTIONS = (
     (re.compile(r"\bcan't\b"), "can not"),
@@ -82,6 +83,22 @@ def has_negation(text: str) -> bool:
 def says_not_done(text: str) -> bool:
     """Does the caller say they are not done ("wait, I'm not done yet", "I haven't finished")?"""
     return _NOT_DONE.search(_plain(text)) is not None
+
+
+def after_not_done(text: str) -> str:
+    """What the caller says after saying they are not done ("I'm not finished, there's another
+    thing" -> "there's another thing"); an empty string when nothing that could be a request
+    follows ("wait, I'm not done yet")."""
+    plain = _plain(text)
+    found = None
+    for found in _NOT_DONE.finditer(plain):
+        pass
+    if found is None:
+        return plain
+    rest = plain[found.end():].split()
+    while rest and rest[0] in ("yet", "here"):
+        rest = rest[1:]
+    return "" if all(w in _NOT_A_REQUEST for w in rest) else " ".join(rest)
 
 
 def without_unwanted(text: str) -> str | None:

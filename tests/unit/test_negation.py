@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent.dialplan.intents import IntentMatcher
-from agent.dialplan.negation import has_negation, says_not_done, without_unwanted
+from agent.dialplan.negation import after_not_done, has_negation, says_not_done, without_unwanted
 from agent.dialplan.semantic import shared_encoder
 
 MENU = {
@@ -114,3 +114,20 @@ def test_not_wanting_a_machine_asks_for_a_person() -> None:
     menu = IntentMatcher(MENU, encoder=shared_encoder())
     match = menu.match("I don't want to talk to a robot")
     assert match is not None and match.name == "agent", match
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("I'm not finished, there's another thing", "there's another thing"),
+        ("no I'm not done here, what are your hours", "what are your hours"),
+        ("wait, I'm not done yet", ""),
+    ],
+)
+def test_after_not_done_is_the_request(text: str, rest: str) -> None:
+    assert after_not_done(text) == rest
+
+
+def test_what_follows_not_done_is_matched(matchers: tuple[IntentMatcher, IntentMatcher]) -> None:
+    match = matchers[0].match("no I'm not done, what are your opening hours")
+    assert match is not None and match.name == "hours", match
