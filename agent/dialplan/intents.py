@@ -54,7 +54,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from agent.dialplan.intent_concepts import CLOSINGS, NEGATIVE_ANSWERS, adopted
-from agent.dialplan.negation import after_not_done, has_negation, says_not_done, without_unwanted
+from agent.dialplan.negation import after_not_done, refuses_closing, says_not_done, without_unwanted
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
 from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, slot_phrases
@@ -334,6 +334,10 @@ class IntentMatcher:
         #: intents that close the call or the conversation, and those said in the negative
         self._closings = frozenset(n for n, c in concepts.items() if c & CLOSINGS)
         self._negative_answers = frozenset(n for n, c in concepts.items() if c & NEGATIVE_ANSWERS)
+        #: the dialplan's own examples that say what the caller does not want ("I don't want it
+        #: any more"): a match on one of them stands
+        self._unwanted_examples = frozenset(
+            (n, e) for n, examples in intents.items() for e in examples if without_unwanted(e) is not None)
         tokenised: list[tuple[str, str, list[str]]] = []
         document_frequency: dict[str, set[str]] = {}
         for name, examples in intents.items():
@@ -373,15 +377,15 @@ class IntentMatcher:
             match = self._match(rest, by_meaning) if rest else None
             if match is None or match.name in self._closings:
                 return None
-        if match is None:
-            return None
-        if match.name in self._negative_answers or has_negation(match.example):
+        if match is None or (match.name in self._closings and refuses_closing(transcript)):
+            return None  # not "no, I don't want to hang up" for a closing
+        if match.name in self._negative_answers or (match.name, match.example) in self._unwanted_examples:
             return match
         rest = without_unwanted(transcript)
         if rest is None:
             return match
         again = self._match(rest, by_meaning) if rest else None
-        if again is None or (again.name in self._closings and says_not_done(rest)):
+        if again is None or (again.name in self._closings and (says_not_done(rest) or refuses_closing(transcript))):
             return None
         return again
 

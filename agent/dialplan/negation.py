@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["after_not_done", "has_negation", "says_not_done", "without_unwanted"]
+__all__ = ["after_not_done", "refuses_closing", "says_not_done", "without_unwanted"]
 
 _CONTRACTIONS = (
     (re.compile(r"\bcan't\b"), "can not"),
@@ -54,16 +54,18 @@ _NOT_DONE = re.compile(
     r"|\bnot\s+(?:finished|done)\s+yet\b|\bhave not\s+(?:finished|ended|completed)\b"
 )
 
+#: words of ending a call: not wanting them is not wanting to close ("don't want to hang up")
+_CLOSING_WORDS = frozenset("hang end finish finished disconnect bye goodbye leave go off stop close".split())
+
 #: not wanting a machine is asking for a person ("I don't want to talk to a robot"): such words
 #: are left as they are
 _MACHINE = frozenset("robot robots machine machines computer computers bot bots automated recording system".split())
 
-_NEGATION = re.compile(r"\b(?:not|never|no longer|nothing|no)\b")
 
 #: words that are no request on their own (what is left of "no, I don't want to hang up")
 _NOT_A_REQUEST = frozenset("""
     no nope nah yes yeah yep okay ok oh well um uh so and but just i i'm im me please then now
-    really actually
+    really actually you know
     """.split())
 
 
@@ -72,12 +74,6 @@ def _plain(text: str) -> str:
     for pattern, written in _CONTRACTIONS:
         lowered = pattern.sub(written, lowered)
     return lowered
-
-
-def has_negation(text: str) -> bool:
-    """Does *text* say something in the negative ("i don't want to talk to a robot", "no
-    thanks", "nothing else")? Such an example or phrase is meant with its negation."""
-    return _NEGATION.search(_plain(text)) is not None
 
 
 def says_not_done(text: str) -> bool:
@@ -101,15 +97,15 @@ def after_not_done(text: str) -> str:
     return "" if all(w in _NOT_A_REQUEST for w in rest) else " ".join(rest)
 
 
-def without_unwanted(text: str) -> str | None:
-    """*text* without what the caller says they do not want ("I don't want to talk to a
-    person, I want my balance" -> "i i want my balance"); None when it says no such thing. An
-    empty string when nothing that could be a request is left ("no, I don't want to hang up")."""
+def _split_unwanted(text: str) -> tuple[list[str], list[str]] | None:
+    """The words of *text* outside and inside what the caller says they do not want; None when
+    it says no such thing, or does not want a machine (:data:`_MACHINE`)."""
     plain = _plain(text)
     found = _UNWANTED.search(plain)
     if found is None:
         return None
     kept: list[str] = []
+    unwanted: list[str] = []
     rest = plain
     while found is not None:
         kept.extend(rest[: found.start()].split())
@@ -118,9 +114,26 @@ def without_unwanted(text: str) -> str | None:
         n = next((i for i, w in enumerate(after) if i > 0 and w in _GOES_ON), len(after))
         if _MACHINE.intersection(after[:n]):
             return None
+        unwanted.extend(after[:n])
         rest = " ".join(after[n:])
         found = _UNWANTED.search(rest)
     kept.extend(rest.split())
-    if all(w in _NOT_A_REQUEST for w in kept):
-        return ""
-    return " ".join(kept)
+    return kept, unwanted
+
+
+def without_unwanted(text: str) -> str | None:
+    """*text* without what the caller says they do not want ("I don't want to talk to a
+    person, I want my balance" -> "i i want my balance"); None when it says no such thing. An
+    empty string when nothing that could be a request is left ("no, I don't want to hang up")."""
+    split = _split_unwanted(text)
+    if split is None:
+        return None
+    kept = split[0]
+    return "" if all(w in _NOT_A_REQUEST for w in kept) else " ".join(kept)
+
+
+def refuses_closing(text: str) -> bool:
+    """Does the caller say they do not want the call to end ("no, I don't want to hang up",
+    "please don't end the call")?"""
+    split = _split_unwanted(text)
+    return split is not None and bool(_CLOSING_WORDS.intersection(split[1]))
