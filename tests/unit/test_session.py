@@ -666,6 +666,21 @@ def test_a_yes_to_a_transfer_taken_on_interim_words_waits_for_the_final_and_its_
     assert h.control.transfers
 
 
+def test_a_no_to_a_transfer_taken_on_interim_words_is_answered_at_once():
+    """ "no thanks" to "Would you like to speak to a person?", its turn ended on interim words:
+    a no ends and transfers nothing however clearly it was heard, so the agent answers at once
+    instead of waiting a few hundred ms for the recogniser's final."""
+    h = Harness()
+    _reach_the_offer_of_a_person(h)
+    offers = len(h.said())
+    _speak(h, "no thanks", voice=50, quiet=100, confidence=None, after=0)
+    while len(h.said()) == offers and h.reactor.seconds() < 600:
+        h.tick(1)
+    assert not h.control.transfers
+    assert h.session.turns[-1].reply_start_ms is not None and h.session.turns[-1].reply_start_ms < 100
+    assert not h.said()[-1].endswith("speak to a person?")
+
+
 def _to_the_transfer_question(h: "Harness") -> None:
     """A request for a person heard unclearly at the menu ("i want right", by meaning): the
     agent has begun asking "Do you want me to put you through to an agent?"."""
@@ -799,11 +814,11 @@ def test_a_yes_begun_over_a_transfer_question_answers_it():
 
 def test_an_answer_whose_final_never_comes_is_taken_as_heard():
     """No final within a second of an answer taken on interim words: the dialogue hears the
-    interim words (a plain "no" here: the menu is asked again)."""
+    interim words (another request here: the hours are said)."""
     h = Harness()
     _reach_the_offer_of_a_person(h)
     offers = len(h.said())
-    _speak(h, "no", voice=20, quiet=60, confidence=None, after=0)
+    _speak(h, "what are your opening hours", voice=20, quiet=60, confidence=None, after=0)
     assert len(h.said()) == offers
     h.tick(100)
     assert len(h.said()) > offers and not h.control.transfers
