@@ -46,7 +46,6 @@ from agent.call.turns import Speculation, TurnTaker
 from agent.dialplan.engine import (
     Action, AskModel, CallWebhook, DialogueSession, Hangup, Listen, Record, Say, Transfer, WebhookRequest,
 )
-from agent.dialplan.slots import parse_yes_no
 from agent.speech.api import RecognitionOptions, RecognitionStream, Speech
 from media.convert import StreamResampler
 from media.frames import SAMPLE_RATE_HZ
@@ -388,12 +387,11 @@ class CallSession:
         spec = self.turn_taker.take_speculation()
         self._begin_turn(caller_text=decision.text, trigger="speech", since=decision.speech_end_at)
         self.turns[-1].end_of_turn = decision.as_record()
-        if decision.confidence is None and self.transcripts.awaiting_final and self.dialogue.asking_before_acting \
-                and parse_yes_no(decision.text) != "no":
+        if decision.confidence is None and self.transcripts.awaiting_final \
+                and self.dialogue.weighs_confidence(decision.text):
             # A yes to ending or transferring the call, in interim words: the dialogue acts on a
             # yes only when heard clearly, so it is given the recogniser's final (its
-            # confidence), which comes a few hundred ms after the voice. A no is answered at once:
-            # it ends and transfers nothing, however it was heard.
+            # confidence), which comes a few hundred ms after the voice.
             if spec is not None:
                 self.turn_taker.drop_speculation(spec)
             self._answer_awaiting_final = decision

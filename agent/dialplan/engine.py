@@ -114,6 +114,12 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         confidence (see :meth:`on_transcript`)."""
         return self._question is not None
 
+    def weighs_confidence(self, text: str) -> bool:
+        """Would the answer *text* be judged on the recogniser's confidence (so is worth waiting
+        for its final)? Only a yes to a question asked before acting: a no ends and transfers
+        nothing, however it was heard."""
+        return self.asking_before_acting and parse_yes_no(text) != "no"
+
     @property
     def waiting_for(self) -> str:
         """What the engine waits for: idle, listening, transferring, webhook, recording,

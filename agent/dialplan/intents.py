@@ -54,7 +54,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from agent.dialplan.intent_concepts import CLOSINGS, NEGATIVE_ANSWERS, adopted
-from agent.dialplan.negation import after_not_done, refuses_closing, says_not_done, without_unwanted
+from agent.dialplan import negation
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
 from agent.dialplan.slots import DIGIT_WORDS, SLOT_TYPES, bye_spelt_by, slot_phrases
@@ -337,7 +337,8 @@ class IntentMatcher:
         #: the dialplan's own examples that say what the caller does not want ("I don't want it
         #: any more"): a match on one of them stands
         self._unwanted_examples = frozenset(
-            (n, e) for n, examples in intents.items() for e in examples if without_unwanted(e) is not None)
+            (n, e) for n, examples in intents.items() for e in examples
+            if negation.read(e).without_unwanted is not None)
         tokenised: list[tuple[str, str, list[str]]] = []
         document_frequency: dict[str, set[str]] = {}
         for name, examples in intents.items():
@@ -370,24 +371,22 @@ class IntentMatcher:
         negate: "I don't want to talk to a person" none, "I'm not done" no closing ("I'm not
         done, one more thing" what follows), "I don't want to hang up, I want my balance" the
         balance."""
+        said = negation.read(transcript)
+
+        def allowed(m: IntentMatch | None) -> bool:
+            return m is not None and not (m.name in self._closings and said.refuses_to_close)
+
         match = self._match(transcript, by_meaning)
-        if says_not_done(transcript) and (match is None or match.name in self._closings):
+        if said.not_done and not allowed(match):
             # "I'm not finished, there's another thing": the request is what follows
-            rest = after_not_done(transcript)
-            match = self._match(rest, by_meaning) if rest else None
-            if match is None or match.name in self._closings:
-                return None
-        if match is None or (match.name in self._closings and refuses_closing(transcript)):
-            return None  # not "no, I don't want to hang up" for a closing
-        if match.name in self._negative_answers or (match.name, match.example) in self._unwanted_examples:
-            return match
-        rest = without_unwanted(transcript)
-        if rest is None:
-            return match
-        again = self._match(rest, by_meaning) if rest else None
-        if again is None or (again.name in self._closings and (says_not_done(rest) or refuses_closing(transcript))):
+            match = self._match(said.after_not_done, by_meaning) if said.after_not_done else None
+        if match is None or not allowed(match):
             return None
-        return again
+        if (said.without_unwanted is None or match.name in self._negative_answers
+                or (match.name, match.example) in self._unwanted_examples):
+            return match
+        again = self._match(said.without_unwanted, by_meaning) if said.without_unwanted else None
+        return again if allowed(again) else None
 
     def _match(self, transcript: str, by_meaning: bool) -> IntentMatch | None:
         ranked = self.scores(transcript)

@@ -1,16 +1,18 @@
 """Requests said in the negative: "I don't want to talk to a person" asks for no person.
 
 Both the examples' words and a sentence encoder read "I don't want to hang up" as close to
-"hang up", and "I'm not finished" as close to "I'm finished, goodbye". Two word rules say what
-such words do not ask for, before the dialogue acts on them:
+"hang up", and "I'm not finished" as close to "I'm finished, goodbye". :func:`read` works out,
+once for a transcript, what such words do not ask for (:class:`Negation`), before the dialogue
+acts on them:
 
-* :func:`without_unwanted` takes out what the caller says they do not want or need ("don't
+* ``without_unwanted``: the words without what the caller says they do not want or need ("don't
   want to talk to a person", "I don't need my balance", "do not hang up"), up to where the
   caller goes on with something else ("... , I want a person", "... , just my balance",
-  "... thanks bye"); the rest of the words are matched instead.
-* :func:`says_not_done` finds "I'm not done", "I'm not finished yet", "I haven't finished":
-  words that never close a call; what follows them (:func:`after_not_done`: "..., there's
-  another thing") is the caller's request.
+  "... thanks bye"); the rest of the words are matched instead;
+* ``refuses_closing``: what they do not want is the call's end ("no, I don't want to hang up");
+* ``not_done``: "I'm not done", "I'm not finished yet", "I haven't finished": words that never
+  close a call; what follows them (``after_not_done``: "..., there's another thing") is the
+  caller's request.
 
 Word rules rather than a model: the sentence encoder (:mod:`agent.dialplan.semantic`) puts a
 sentence and its negation close together, and these few constructions are the ones callers use.
@@ -19,8 +21,9 @@ sentence and its negation close together, and these few constructions are the on
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-__all__ = ["after_not_done", "refuses_closing", "says_not_done", "without_unwanted"]
+__all__ = ["Negation", "read"]
 
 _CONTRACTIONS = (
     (re.compile(r"\bcan't\b"), "can not"),
@@ -76,31 +79,49 @@ def _plain(text: str) -> str:
     return lowered
 
 
-def says_not_done(text: str) -> bool:
-    """Does the caller say they are not done ("wait, I'm not done yet", "I haven't finished")?"""
-    return _NOT_DONE.search(_plain(text)) is not None
+@dataclass(frozen=True)
+class Negation:
+    """What a transcript says in the negative (:func:`read`), worked out once per transcript."""
+
+    #: the caller says they are not done ("wait, I'm not done yet", "I haven't finished")
+    not_done: bool
+    #: what they say after that ("I'm not finished, there's another thing" -> "there's another
+    #: thing"); "" when nothing that could be a request follows or they did not say it
+    after_not_done: str
+    #: the words without what they say they do not want ("I don't want to talk to a person, I
+    #: want my balance" -> "i i want my balance"); None when they say no such thing, "" when
+    #: nothing that could be a request is left ("no, I don't want to hang up")
+    without_unwanted: str | None
+    #: what they do not want is the call's end ("no, I don't want to hang up")
+    refuses_closing: bool
+
+    @property
+    def refuses_to_close(self) -> bool:
+        """No closing intent may be taken from these words."""
+        return self.not_done or self.refuses_closing
 
 
-def after_not_done(text: str) -> str:
-    """What the caller says after saying they are not done ("I'm not finished, there's another
-    thing" -> "there's another thing"); an empty string when nothing that could be a request
-    follows ("wait, I'm not done yet")."""
+def read(text: str) -> Negation:
+    """What *text* says in the negative (see the module)."""
     plain = _plain(text)
-    found = None
-    for found in _NOT_DONE.finditer(plain):
-        pass
-    if found is None:
-        return plain
-    rest = plain[found.end():].split()
-    while rest and rest[0] in ("yet", "here"):
-        rest = rest[1:]
-    return "" if all(w in _NOT_A_REQUEST for w in rest) else " ".join(rest)
+    not_done = list(_NOT_DONE.finditer(plain))
+    after = plain[not_done[-1].end():].split() if not_done else []
+    while after and after[0] in ("yet", "here"):
+        after = after[1:]
+    split = _split_unwanted(plain)
+    without = None if split is None else "" if _no_request(split[0]) else " ".join(split[0])
+    return Negation(not_done=bool(not_done), after_not_done="" if _no_request(after) else " ".join(after),
+                    without_unwanted=without,
+                    refuses_closing=split is not None and bool(_CLOSING_WORDS.intersection(split[1])))
 
 
-def _split_unwanted(text: str) -> tuple[list[str], list[str]] | None:
-    """The words of *text* outside and inside what the caller says they do not want; None when
-    it says no such thing, or does not want a machine (:data:`_MACHINE`)."""
-    plain = _plain(text)
+def _no_request(words: list[str]) -> bool:
+    return all(w in _NOT_A_REQUEST for w in words)
+
+
+def _split_unwanted(plain: str) -> tuple[list[str], list[str]] | None:
+    """The words of *plain* (:func:`_plain`) outside and inside what the caller says they do not
+    want; None when it says no such thing, or does not want a machine (:data:`_MACHINE`)."""
     found = _UNWANTED.search(plain)
     if found is None:
         return None
@@ -119,21 +140,3 @@ def _split_unwanted(text: str) -> tuple[list[str], list[str]] | None:
         found = _UNWANTED.search(rest)
     kept.extend(rest.split())
     return kept, unwanted
-
-
-def without_unwanted(text: str) -> str | None:
-    """*text* without what the caller says they do not want ("I don't want to talk to a
-    person, I want my balance" -> "i i want my balance"); None when it says no such thing. An
-    empty string when nothing that could be a request is left ("no, I don't want to hang up")."""
-    split = _split_unwanted(text)
-    if split is None:
-        return None
-    kept = split[0]
-    return "" if all(w in _NOT_A_REQUEST for w in kept) else " ".join(kept)
-
-
-def refuses_closing(text: str) -> bool:
-    """Does the caller say they do not want the call to end ("no, I don't want to hang up",
-    "please don't end the call")?"""
-    split = _split_unwanted(text)
-    return split is not None and bool(_CLOSING_WORDS.intersection(split[1]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent.dialplan.intents import IntentMatcher
-from agent.dialplan.negation import after_not_done, says_not_done, without_unwanted
+from agent.dialplan.negation import read
 from agent.dialplan.semantic import shared_encoder
 
 MENU = {
@@ -37,7 +37,7 @@ ANYTHING_ELSE = dict(MENU, nothing_else=["no", "no thank you", "nothing else", "
     ],
 )
 def test_what_the_caller_does_not_want_is_taken_out(text: str, rest: str | None) -> None:
-    assert without_unwanted(text) == rest
+    assert read(text).without_unwanted == rest
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def test_what_the_caller_does_not_want_is_taken_out(text: str, rest: str | None)
     ],
 )
 def test_not_done(text: str, not_done: bool) -> None:
-    assert says_not_done(text) is not_done
+    assert read(text).not_done is not_done
 
 
 def test_an_example_said_in_the_negative_stands() -> None:
@@ -128,7 +128,7 @@ def test_not_wanting_a_machine_asks_for_a_person() -> None:
     ],
 )
 def test_after_not_done_is_the_request(text: str, rest: str) -> None:
-    assert after_not_done(text) == rest
+    assert read(text).after_not_done == rest
 
 
 def test_what_follows_not_done_is_matched(matchers: tuple[IntentMatcher, IntentMatcher]) -> None:
