@@ -415,3 +415,61 @@ def test_the_bundled_models_beam_gives_other_distinct_readings() -> None:
     for h in heard:
         assert h.text and len(h.alternatives) <= 3, h
         assert h.text not in h.alternatives and len(set(h.alternatives)) == len(h.alternatives), h
+
+
+class ScriptedAligner:
+    """Stands for the CTranslate2 model in :meth:`WhisperTranscriber._heard_only`: aligns the
+    tokens from index *i* of *frames_at* on to its frame (20 ms encoder frames), those before
+    the first such index to frame 0."""
+
+    def __init__(self, frames_at: dict[int, int]) -> None:
+        self.frames_at = frames_at
+        self.calls = 0
+
+    def align(self, encoded, prompt, texts, frames):  # noqa: ANN001, ANN201
+        self.calls += 1
+        (tokens,) = texts
+        at, pairs = 0, []
+        for i, token in enumerate(tokens):
+            at = self.frames_at.get(i, at)
+            pairs.append((i, at))
+        return [type("Alignment", (), {"alignments": pairs})()]
+
+
+def _heard_only(text: str, frames_at: dict[int, int], audio_s: float) -> tuple[str, int]:
+    """Whisper's *text* after :meth:`WhisperTranscriber._heard_only` over *audio_s* of audio,
+    its tokens aligned as :class:`ScriptedAligner` does with *frames_at*, and how many
+    alignment passes that took."""
+    import os
+
+    import tokenizers
+
+    from agent.speech.server.whisper import WhisperTranscriber, model_dir
+
+    whisper = WhisperTranscriber.__new__(WhisperTranscriber)
+    whisper._tokenizer = tokenizers.Tokenizer.from_file(os.path.join(model_dir(), "tokenizer.json"))
+    whisper._eot = whisper._tokenizer.token_to_id("<|endoftext|>")
+    whisper._prompt = []
+    whisper._model = ScriptedAligner(frames_at)
+    ids = whisper._tokenizer.encode(text, add_special_tokens=False).ids + [whisper._eot]
+    kept = whisper._heard_only(None, ids, 200, audio_s)
+    return whisper._tokenizer.decode(kept), whisper._model.calls
+
+
+def test_words_said_again_in_the_appended_silence_are_cut_at_the_mark_before_them() -> None:
+    # " know that should do it . Know": the second "Know" (token 6) aligned at 2.14 s, the audio
+    # 1.2 s long
+    assert _heard_only(" know that should do it. Know", {6: 107}, 1.2) == (" know that should do it.", 1)
+    # a repeat of two words after a comma ("no long, no long")
+    assert _heard_only(" no long, no long.", {3: 84}, 0.7) == (" no long,", 1)
+
+
+def test_a_repeat_aligned_inside_the_audio_stays() -> None:
+    assert _heard_only(" know that should do it. Know", {6: 50}, 1.2)[0] == " know that should do it. Know"
+
+
+def test_a_word_not_said_before_stays_even_aligned_past_the_end_and_costs_no_pass() -> None:
+    # "..., bye": the alignment of a last word after a comma can fall past the audio's end
+    assert _heard_only(" I will call back another time. Bye!", {7: 179}, 2.9) == (
+        " I will call back another time. Bye!", 0)
+    assert _heard_only(" what is my balance", {}, 1.0) == (" what is my balance", 0)
