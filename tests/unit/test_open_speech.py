@@ -473,3 +473,12 @@ def test_a_word_not_said_before_stays_even_aligned_past_the_end_and_costs_no_pas
     assert _heard_only(" I will call back another time. Bye!", {7: 179}, 2.9) == (
         " I will call back another time. Bye!", 0)
     assert _heard_only(" what is my balance", {}, 1.0) == (" what is my balance", 0)
+
+
+def test_a_new_sentence_made_up_in_the_appended_silence_is_cut() -> None:
+    # " could you pass me over to a colleague ? Because could you": "Because" (token 9) on
+    # aligned at 3.4 s, the audio 2.4 s long
+    assert _heard_only(" could you pass me over to a colleague? Because could you", {9: 170}, 2.4) == (
+        " could you pass me over to a colleague?", 1)
+    # a comma is no sentence's end: a new clause after it stays
+    assert _heard_only(" I want my balance, then hang up", {5: 170}, 2.4)[0] == " I want my balance, then hang up"

@@ -229,20 +229,26 @@ class WhisperTranscriber:
 
     def _heard_only(self, encoded: object, ids: list[int], frames: int, audio_s: float) -> list[int]:
         """*ids* without what Whisper made up in the silence appended to the audio
-        (:data:`TAIL_PAD_S`): cut after a sentence mark or comma when every word after it says
-        again a word said before it, and is aligned (one teacher-forced pass, ``align``, ~13 ms)
-        to start past the audio's end ("know that should do it. Know", "no long, no long",
-        "and you've got me a manager. You"). :func:`cut_repeat` catches only repeats of three
-        words or more. Words never said before stay even when aligned past the end: the
-        alignment of a last word after a comma can fall there though it was said ("..., bye",
-        "..., please"). Only a hypothesis with such a repeat pays for the pass."""
+        (:data:`TAIL_PAD_S`): cut after a sentence mark or comma when every word after it is
+        aligned (one teacher-forced pass, ``align``, ~13 ms) to start past the audio's end and
+        either says again a word said before it ("know that should do it. Know", "no long, no
+        long") or is a new sentence of two words or more ("... to a colleague? Because could
+        you"). :func:`cut_repeat` catches only repeats of three words or more. A single new
+        word stays even when aligned past the end: the alignment of a real last word can fall
+        there ("... another time. Bye!", "..., please"). Only a hypothesis with such words
+        after a mark pays for the pass."""
         tokens = [t for t in ids if t < self._eot]
         texts = [self._tokenizer.decode([t]) for t in tokens]
         said = [_NOT_A_WORD.sub("", text.lower()).strip() for text in texts]
         marks = [i for i, text in enumerate(texts)
                  if text.strip() and not said[i] and set(text.strip()) <= set(".,?!;:")]
+        # after a mark, words that say again words said before it ("know that should do it.
+        # Know"), or a new sentence of two words or more ("... to a colleague? Because could you")
         repeats = [i for i in marks
-                   if any(said[:i]) and any(said[i + 1:]) and set(filter(None, said[i + 1:])) <= set(said[:i])]
+                   if any(said[:i]) and any(said[i + 1:])
+                   and (set(filter(None, said[i + 1:])) <= set(said[:i])
+                        or (texts[i].strip() in (".", "?", "!")
+                            and sum(1 for j in range(i + 1, len(tokens)) if said[j] and texts[j].startswith(" ")) >= 2))]
         if not repeats:
             return tokens
         aligned = self._model.align(encoded, self._prompt, [tokens], frames)[0]
