@@ -7,7 +7,8 @@ expects): it looks at how the words end and whether a clause is there at all.
   (a determiner, a preposition, "to", a conjunction, an auxiliary or modal, a subject pronoun),
   a filler ("um"), a verb that still needs its object ("I need", "I was wondering", "tell me"),
   an opener that announces the request ("I was wondering if", "could you"), a greeting alone
-  ("hi there") or a question word with no verb yet ("what days").
+  ("hi there"), a discourse marker alone ("actually", "oh, by the way") or a question word with
+  no verb yet ("what days").
 * :attr:`Completeness.COMPLETE`: a clause with a verb that ends on a content word ("can I get
   someone on the line", "my card was stolen yesterday"), a closed short answer ("no",
   "that's all", "goodbye", "yes please"), or words that end on a goodbye ("thanks so much, bye").
@@ -95,8 +96,11 @@ CLOSED_ANSWERS = frozenset({
     "farewell", "good night", "so long", "see you", "take care", "cheers", "not now", "not right now",
     "not at the moment", "another question", "one more question",
 })
-#: said before an answer without being it ("yep, one more", "uh, no thanks")
-_ANSWER_OPENERS = frozenset("yes yeah yep yup no nope nah okay ok well so um uh".split())
+#: said before an answer without being it ("yep, one more", "uh, no thanks", "actually, yes")
+_ANSWER_OPENERS = frozenset("yes yeah yep yup no nope nah okay ok well so um uh actually".split())
+#: words that announce what the caller says next ("actually, | there's one more thing", "oh, by
+#: the way, | ..."): alone, or after a yes or a filler, they are no turn yet
+DISCOURSE_MARKERS = frozenset("actually well anyway anyways also besides plus".split())
 _DIGIT_WORDS = frozenset("zero oh one two three four five six seven eight nine".split())
 
 #: words after which a clause has its verb ("my card was stolen"): auxiliaries, and common
@@ -250,6 +254,10 @@ def completeness(text: str) -> Completeness:
     core = [w for w in ws if w not in FILLERS]
     if not ws or not core:
         return Completeness.UNFINISHED if ws else Completeness.UNDECIDED
+    if all(w in DISCOURSE_MARKERS or w in _ANSWER_OPENERS for w in core) and core[-1] in DISCOURSE_MARKERS \
+            or core[-3:] == ["by", "the", "way"] and all(w in DISCOURSE_MARKERS or w in _ANSWER_OPENERS
+                                                         for w in core[:-3]):
+        return Completeness.UNFINISHED  # "actually", "yeah, well", "oh, by the way": more is coming
     answer = core
     while len(answer) > 1 and answer[0] in _ANSWER_OPENERS:
         answer = answer[1:]  # "yep, one more"

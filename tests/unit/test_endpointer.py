@@ -395,6 +395,16 @@ def test_unfinished_words_wait_even_when_an_intent_matches():
     assert d is not None and d.reason == "complete" and d.text.endswith("my account")
 
 
+def test_a_discourse_marker_alone_waits_for_what_it_announces_even_when_an_intent_matches():
+    """ "actually | there's one more thing": a lone "actually", which the sentence encoder may
+    put near "something else", is no turn yet; the continuation silence ends it, not the short
+    one."""
+    ep = TurnEndpointer(lambda text: True, EndpointerConfig(complete_silence_ms=60, continuation_silence_ms=1000))
+    assert _reason_after(ep, "actually", 1000) == "continuation"
+    ep = TurnEndpointer(lambda text: True, EndpointerConfig(complete_silence_ms=60, continuation_silence_ms=1000))
+    assert _reason_after(ep, "actually one more thing", 60) == "complete"
+
+
 def reading(ended_at_ms: float, slope: float) -> ProsodyReading:
     return ProsodyReading(ms(ended_at_ms), slope, 0.0, 1.0, 20)
 
