@@ -223,7 +223,9 @@ def _ends_unfinished(ws: list[str]) -> bool:
             and _object_came_first(ws):
         return False  # a stranded preposition or a verb whose object came first
     if last in _AFTER_AUXILIARY and (before in AUXILIARIES or before in CONJUNCTIONS):
-        return not (before in ("that's", "is", "was") and last == "it")
+        # "that's it"; "that should do it": "do" is the verb there, no subject comes after it as
+        # in "does it", "did it", "do you"
+        return not (before in ("that's", "is", "was", "do") and last == "it")
     if last == "so" and before in ("think", "guess", "hope", "suppose"):
         return False
     if last in _OBJECT_FRONTED_VERBS and before in SUBJECT_PRONOUNS | {"you"} and _FRONTED & set(ws[:-2]):

@@ -13,7 +13,7 @@ UNFINISHED = [
     # a final "by" waiting for its object
     "can I pay by", "it was sent by",
     # a discourse marker announces what comes next
-    "actually", "yeah, actually", "oh, actually", "well", "um, anyway", "also", "oh, by the way", "okay, well",
+    "what time does it", "when did it", "do you", "actually", "yeah, actually", "oh, actually", "well", "um, anyway", "also", "oh, by the way", "okay, well",
 ]
 COMPLETE = [
     "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
@@ -36,7 +36,7 @@ COMPLETE = [
     # a yes with the words that come with one
     "okay great", "sounds good", "alright then",
     # an answer after a discourse marker, and a marker after a request
-    "actually, yes", "actually no", "well, no thanks", "i want my balance actually", "actually, one more thing",
+    "actually, yes", "actually no", "no, that should do it", "I'll do it", "well, no thanks", "i want my balance actually", "actually, one more thing",
 ]
 UNDECIDED = ["my card", "my balance", "checking account", "",
              # a long question whose verb the recogniser lost ("is" heard as "in")
