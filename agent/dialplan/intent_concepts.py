@@ -8,7 +8,9 @@ concept), and the concept's phrases then count as that intent's examples for the
 comparison (not for the lexical one, which keeps to the dialplan's words).
 
 :data:`BACKGROUND` lists requests that an intent does not cover unless its examples say so: a
-transcript nearer to one of them than to any intent is refused as out of scope. A background
+transcript nearer to one of them than to any intent is refused as out of scope. So are the
+phrases of a request concept that no intent of the ask adopts (:func:`background_phrases`): a
+caller saying goodbye where only a person is offered is not asking for the person. A background
 phrase that is close to one of an ask's own examples is left out for that ask (see
 :mod:`agent.dialplan.semantic`), so a dialplan that does offer "report a lost card" gets it.
 """
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BACKGROUND", "CLOSINGS", "CONCEPTS", "Concept", "NEGATIVE_ANSWERS", "adopted", "concept_phrases"]
+__all__ = ["ANSWERS", "BACKGROUND", "CLOSINGS", "CONCEPTS", "Concept", "NEGATIVE_ANSWERS", "adopted",
+           "background_phrases", "concept_phrases"]
 
 
 @dataclass(frozen=True)
@@ -442,6 +445,12 @@ CLOSINGS = frozenset({"end_call", "nothing_more"})
 NEGATIVE_ANSWERS = frozenset({"decline", "nothing_more"})
 """Concepts said in the negative ("no", "I don't need anything else"): a negation is their request."""
 
+ANSWERS = frozenset({"affirm", "decline", "nothing_more"})
+"""Concepts that answer the question asked rather than make a request: what they mean depends
+on the question ("no", "that's all" may end the call at a menu that offers no "nothing else").
+The other concepts are requests, the same at any ask: where no intent adopts one, its phrases
+are background there (:func:`background_phrases`)."""
+
 
 def _adopted(examples: tuple[str, ...] | list[str]) -> list[Concept]:
     own = {" ".join(e.lower().replace("'", "").split()) for e in examples}
@@ -451,6 +460,15 @@ def _adopted(examples: tuple[str, ...] | list[str]) -> list[Concept]:
 def adopted(examples: tuple[str, ...] | list[str]) -> frozenset[str]:
     """The names of the concepts that one of *examples* anchors (normalised comparison)."""
     return frozenset(c.name for c in _adopted(examples))
+
+
+def background_phrases(examples: tuple[str, ...] | list[str]) -> list[str]:
+    """The phrases of every request concept (not :data:`ANSWERS`) that none of *examples*
+    anchors: at an ask whose intents are these examples', a caller who says one of them asks for
+    something the ask does not offer ("okay, talk to you later" where only a person is
+    offered)."""
+    taken = {c.name for c in _adopted(examples)}
+    return [p for c in CONCEPTS if c.name not in taken and c.name not in ANSWERS for p in c.phrases]
 
 
 def concept_phrases(examples: tuple[str, ...] | list[str]) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
-from agent.dialplan.intent_concepts import BACKGROUND, concept_phrases
+from agent.dialplan.intent_concepts import BACKGROUND, background_phrases, concept_phrases
 from agent.dialplan.intents import read_as_meant, written_out
 
 __all__ = [
@@ -185,7 +185,7 @@ class SemanticIndex:
         self._groups = tuple(np.flatnonzero(owner == i) for i in range(len(self.intent_names)))
         self._vectors = encoder.encode(phrases) if phrases else np.zeros((0, 1), np.float32)
         own_examples = [e.lower() for examples in intents.values() for e in examples]
-        background = encoder.encode(list(BACKGROUND))
+        background = encoder.encode(list(BACKGROUND) + background_phrases(own_examples))
         if own_examples:
             closeness = background @ encoder.encode(own_examples).T
             background = background[closeness.max(axis=1) < BACKGROUND_EXCLUSION_COSINE]

@@ -248,3 +248,27 @@ def test_closeness_is_the_mean_of_the_nearest_phrases() -> None:
     assert scores.by_intent["agent"] == pytest.approx((1.0 + 0.6) / 2)
     assert scores.by_intent["balance"] == pytest.approx(0.0)
     assert scores.nearest["agent"] == "transfer me to a person"
+
+
+def test_requests_no_intent_of_the_ask_adopts_are_background_there() -> None:
+    """The common requests an ask does not offer compete as background; answers ("no", "that's
+    all") and the ask's own concepts do not."""
+    from agent.dialplan.intent_concepts import background_phrases
+
+    phrases = background_phrases(["agent", "talk to a person"])
+    assert "put me through to someone" not in phrases
+    assert set(concept_phrases(["goodbye"])) <= set(phrases)
+    assert set(concept_phrases(["balance"])) <= set(phrases)
+    assert not set(concept_phrases(["no"]) + concept_phrases(["yes"]) + concept_phrases(["nothing else"])) & set(phrases)
+
+
+@pytest.mark.parametrize("transcript", ["okay, talk to you later", "we're done here, you can disconnect",
+                                        "can you see how much I've got in the bank"])
+def test_a_request_the_ask_does_not_offer_is_not_taken_for_the_one_it_does(encoder: WordLlamaEncoder,
+                                                                          transcript: str) -> None:
+    """Where only a person is offered (an ask for an account number), a goodbye or a balance
+    question said with talking or connecting words is refused, not taken for the person."""
+    matcher = IntentMatcher({"agent": ["agent", "representative", "talk to a person"]}, encoder=encoder)
+    assert matcher.match(transcript) is None, matcher.scores(transcript)
+    asked = matcher.match("could you put me through to someone")
+    assert asked is not None and asked.name == "agent"
