@@ -130,7 +130,7 @@ class EndpointerConfig:
     #: less than ~350 gains nothing; 400 stays past the corpus's 400 ms pauses (values chosen on
     #: the evaluation corpus's dev half: docs/latency.md, "Heard with confidence")
     confident_silence_ms: int = 400
-    confident_min_confidence: float = 0.6
+    confident_min_confidence: float = 0.5
     #: finished words (or a request by meaning) that the recogniser wrote as a whole sentence
     #: (ending with "." or "?": :func:`ends_sentence`): sentence_end_silence_ms. Longer than the
     #: gaps inside a sentence (up to ~240 ms); chosen on the evaluation corpus's dev half
@@ -343,9 +343,10 @@ class TurnEndpointer:
                          "finished")]
             if meant:
                 silences.append((c.meaning_silence_ms, "meaning"))
-            if self.confidence is not None and self.confidence >= c.confident_min_confidence:
+            digits = ends_in_digits(self.text)  # a number said in groups: a group's end is not the turn's
+            if self.confidence is not None and self.confidence >= c.confident_min_confidence and not digits:
                 silences.append((c.confident_silence_ms, "confident"))
-            if self.sentence_end and not ends_in_digits(self.text):  # a number's groups: not its end
+            if self.sentence_end and not digits:
                 silences.append((c.sentence_end_silence_ms, "sentence"))
             return min(silences, key=lambda s: s[0])
         if signals.prosody == FALL:
