@@ -175,7 +175,7 @@ class EndpointingSettings:
     #: silence that ends a turn of finished words (or a request by meaning) once they are all the
     #: recogniser's final results, heard with confidence confident_min_confidence (0-1) or more
     confident_silence_ms: int = 400
-    confident_min_confidence: float = 0.5
+    confident_min_confidence: float = 0.6
     #: silence that ends a turn of finished words (or a request by meaning) that the recogniser
     #: wrote as a whole sentence (its transcript ends with "." or "?"; it is asked to punctuate
     #: only when this is shorter than finished_silence_ms or meaning_silence_ms)

@@ -130,7 +130,7 @@ class EndpointerConfig:
     #: less than ~350 gains nothing; 400 stays past the corpus's 400 ms pauses (values chosen on
     #: the evaluation corpus's dev half: docs/latency.md, "Heard with confidence")
     confident_silence_ms: int = 400
-    confident_min_confidence: float = 0.5
+    confident_min_confidence: float = 0.6
     #: finished words (or a request by meaning) that the recogniser wrote as a whole sentence
     #: (ending with "." or "?": :func:`ends_sentence`): sentence_end_silence_ms. Longer than the
     #: gaps inside a sentence (up to ~240 ms); chosen on the evaluation corpus's dev half

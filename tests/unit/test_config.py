@@ -107,12 +107,12 @@ def test_a_turns_silence_is_configurable_and_checked_at_its_line(tmp_path, key, 
 
 
 def test_confident_silence_is_configurable_and_its_confidence_is_a_fraction(tmp_path):
-    """endpointing.confident_silence_ms (400) and confident_min_confidence (0.5) are read from the
+    """endpointing.confident_silence_ms (400) and confident_min_confidence (0.6) are read from the
     config and reach the endpointer's; a confidence above 1 is refused at its line."""
     from agent.call.endpointer import EndpointerConfig
     default = load_config(None).endpointing
-    assert (default.confident_silence_ms, default.confident_min_confidence) == (400, 0.5)
-    assert (EndpointerConfig.confident_silence_ms, EndpointerConfig.confident_min_confidence) == (400, 0.5)
+    assert (default.confident_silence_ms, default.confident_min_confidence) == (400, 0.6)
+    assert (EndpointerConfig.confident_silence_ms, EndpointerConfig.confident_min_confidence) == (400, 0.6)
     p = tmp_path / "c.yaml"
     p.write_text("endpointing:\n  confident_silence_ms: 450\n  confident_min_confidence: 0.75\n")
     loaded = load_config(str(p)).endpointing

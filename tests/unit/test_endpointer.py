@@ -64,7 +64,7 @@ def test_a_request_by_meaning_ends_after_its_own_silence_and_is_asked_only_in_si
 
 
 def test_finished_words_heard_with_confidence_end_after_the_confident_silence():
-    """Finished words that are all final results heard with confidence >= 0.5 end the turn after
+    """Finished words that are all final results heard with confidence >= 0.6 end the turn after
     confident_silence_ms (400) instead of the finished sentence's 600; words heard with less,
     words still interim, unfinished words and words ending on a spoken digit (a number read in
     groups) do not; a shorter meaning silence still wins."""
@@ -80,8 +80,8 @@ def test_finished_words_heard_with_confidence_end_after_the_confident_silence():
         return round((deadline - ms(1500)) * 1000), d.reason
 
     assert turn("my card was stolen yesterday", 0.82) == (400, "confident")
-    assert turn("my card was stolen yesterday", 0.5) == (400, "confident")
-    assert turn("my card was stolen yesterday", 0.45) == (600, "finished")
+    assert turn("my card was stolen yesterday", 0.6) == (400, "confident")
+    assert turn("my card was stolen yesterday", 0.55) == (600, "finished")
     assert turn("it's two six four one", 0.9) == (600, "finished")
     assert turn("my card was stolen yesterday", None) == (600, "finished")   # interim words
     assert turn("i would like to", 0.9) == (800, "continuation")

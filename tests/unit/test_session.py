@@ -1319,14 +1319,14 @@ def test_an_acknowledgement_with_a_stop_inside_keeps_its_words_when_the_voice_co
     assert not h.session.turns[0].agent_prompts[0].interrupted
 
 
-@pytest.mark.parametrize("confidence, latency_ms", [(None, 600.0), (0.4, 600.0), (0.9, 400.0)])
+@pytest.mark.parametrize("confidence, latency_ms", [(None, 600.0), (0.5, 600.0), (0.9, 400.0)])
 def test_an_out_of_scope_finished_sentence_gets_its_reprompt_after_the_finished_silence(
         confidence: float | None, latency_ms: float) -> None:
     """ "my card was stolen yesterday" matches no intent of the menu but is a finished sentence:
     the reprompt is prepared during the silence and plays after finished_silence_ms (600 ms),
     not after the 800 ms that words neither finished nor unfinished wait. When the recogniser's
     final for it, 330 ms into the silence, is heard with confidence 0.9 (>= confident_min_confidence),
-    after confident_silence_ms (400 ms); with 0.4, or with no final, after 600."""
+    after confident_silence_ms (400 ms); with 0.5, or with no final, after 600."""
     h = Harness()
     h.session.start()
     h.play_out()
