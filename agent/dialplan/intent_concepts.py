@@ -9,7 +9,7 @@ comparison (not for the lexical one, which keeps to the dialplan's words).
 
 :data:`BACKGROUND` lists requests that an intent does not cover unless its examples say so: a
 transcript nearer to one of them than to any intent is refused as out of scope. So are the
-phrases of a request concept that no intent of the ask adopts (:func:`background_phrases`): a
+phrases of a request concept that no intent of the ask adopts (:func:`background_concepts`): a
 caller saying goodbye where only a person is offered is not asking for the person. A background
 phrase that is close to one of an ask's own examples is left out for that ask (see
 :mod:`agent.dialplan.semantic`), so a dialplan that does offer "report a lost card" gets it.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ANSWERS", "BACKGROUND", "CLOSINGS", "CONCEPTS", "Concept", "NEGATIVE_ANSWERS", "adopted",
-           "background_phrases", "concept_phrases"]
+__all__ = ["ANSWERS", "BACKGROUND", "CLOSINGS", "CONCEPTS", "Concept", "NEGATIVE_ANSWERS", "ROUTED", "adopted",
+           "background_concepts", "concept_phrases"]
 
 
 @dataclass(frozen=True)
@@ -448,8 +448,12 @@ NEGATIVE_ANSWERS = frozenset({"decline", "nothing_more"})
 ANSWERS = frozenset({"affirm", "decline", "nothing_more"})
 """Concepts that answer the question asked rather than make a request: what they mean depends
 on the question ("no", "that's all" may end the call at a menu that offers no "nothing else").
-The other concepts are requests, the same at any ask: where no intent adopts one, its phrases
-are background there (:func:`background_phrases`)."""
+They are never background (:func:`background_concepts`)."""
+
+ROUTED = frozenset({"human_agent"})
+"""Concepts that an integrator's own intents often are under other names: an intent "sales" or
+"tech support" is a request for a person too ("can I speak with tech support"). Never
+background either."""
 
 
 def _adopted(examples: tuple[str, ...] | list[str]) -> list[Concept]:
@@ -462,13 +466,14 @@ def adopted(examples: tuple[str, ...] | list[str]) -> frozenset[str]:
     return frozenset(c.name for c in _adopted(examples))
 
 
-def background_phrases(examples: tuple[str, ...] | list[str]) -> list[str]:
-    """The phrases of every request concept (not :data:`ANSWERS`) that none of *examples*
-    anchors: at an ask whose intents are these examples', a caller who says one of them asks for
+def background_concepts(examples: tuple[str, ...] | list[str]) -> list[Concept]:
+    """The common requests that none of *examples* anchors, answers and :data:`ROUTED` aside:
+    at an ask whose intents are these examples', a caller who makes one of them asks for
     something the ask does not offer ("okay, talk to you later" where only a person is
-    offered)."""
+    offered). :class:`agent.dialplan.semantic.SemanticIndex` also leaves out one that the
+    ask's examples say in their own words ("when does the store open")."""
     taken = {c.name for c in _adopted(examples)}
-    return [p for c in CONCEPTS if c.name not in taken and c.name not in ANSWERS for p in c.phrases]
+    return [c for c in CONCEPTS if c.name not in taken | ANSWERS | ROUTED]
 
 
 def concept_phrases(examples: tuple[str, ...] | list[str]) -> list[str]:

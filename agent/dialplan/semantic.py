@@ -28,7 +28,7 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
-from agent.dialplan.intent_concepts import BACKGROUND, background_phrases, concept_phrases
+from agent.dialplan.intent_concepts import BACKGROUND, background_concepts, concept_phrases
 from agent.dialplan.intents import read_as_meant, written_out
 
 __all__ = [
@@ -47,8 +47,11 @@ FILLERS = frozenset("um umm uh uhh er erm ah hmm mm".split())
 """Hesitation sounds, dropped before encoding: they carry no meaning but weigh in an average."""
 
 BACKGROUND_EXCLUSION_COSINE = 0.8
-"""A background request this close to one of an ask's own examples is not background there."""
-
+"""A background request this close to one of an ask's own examples is not background there; nor
+is a common request none of the ask's intents adopts (:func:`background_concepts`) when one of
+its phrases is this close: the ask offers it in its own words ("when does the store open"). At
+the bank plan's account-number ask the goodbye phrases come closest to its examples at 0.74
+("talk to you later" and "talk to someone"), and stay background there."""
 
 NEAREST_PHRASES = 2
 """How many of a group's phrases nearest to a transcript make its closeness (see :func:`_closeness`)."""
@@ -185,10 +188,14 @@ class SemanticIndex:
         self._groups = tuple(np.flatnonzero(owner == i) for i in range(len(self.intent_names)))
         self._vectors = encoder.encode(phrases) if phrases else np.zeros((0, 1), np.float32)
         own_examples = [e.lower() for examples in intents.values() for e in examples]
-        background = encoder.encode(list(BACKGROUND) + background_phrases(own_examples))
+        background = encoder.encode(list(BACKGROUND))
         if own_examples:
-            closeness = background @ encoder.encode(own_examples).T
-            background = background[closeness.max(axis=1) < BACKGROUND_EXCLUSION_COSINE]
+            own_vectors = encoder.encode(own_examples)
+            background = background[(background @ own_vectors.T).max(axis=1) < BACKGROUND_EXCLUSION_COSINE]
+            for concept in background_concepts(own_examples):
+                others = encoder.encode(list(concept.phrases))
+                if (others @ own_vectors.T).max() < BACKGROUND_EXCLUSION_COSINE:
+                    background = np.concatenate([background, others])
         self._background = background
 
     def prepare(self, texts: Sequence[str]) -> None:

@@ -252,14 +252,14 @@ def test_closeness_is_the_mean_of_the_nearest_phrases() -> None:
 
 def test_requests_no_intent_of_the_ask_adopts_are_background_there() -> None:
     """The common requests an ask does not offer compete as background; answers ("no", "that's
-    all") and the ask's own concepts do not."""
-    from agent.dialplan.intent_concepts import background_phrases
+    all"), a person (what department intents are too) and the ask's own concepts do not."""
+    from agent.dialplan.intent_concepts import background_concepts
 
-    phrases = background_phrases(["agent", "talk to a person"])
-    assert "put me through to someone" not in phrases
-    assert set(concept_phrases(["goodbye"])) <= set(phrases)
-    assert set(concept_phrases(["balance"])) <= set(phrases)
-    assert not set(concept_phrases(["no"]) + concept_phrases(["yes"]) + concept_phrases(["nothing else"])) & set(phrases)
+    names = {c.name for c in background_concepts(["agent", "talk to a person"])}
+    assert names == {"end_call", "account_balance", "opening_hours", "more_help"}
+    assert {c.name for c in background_concepts(["goodbye"])} == {"account_balance", "opening_hours", "more_help"}
+    assert not {c.name for c in background_concepts(["talk to sales"])} & {"human_agent", "affirm", "decline",
+                                                                        "nothing_more"}
 
 
 @pytest.mark.parametrize("transcript", ["okay, talk to you later", "we're done here, you can disconnect",
@@ -272,3 +272,18 @@ def test_a_request_the_ask_does_not_offer_is_not_taken_for_the_one_it_does(encod
     assert matcher.match(transcript) is None, matcher.scores(transcript)
     asked = matcher.match("could you put me through to someone")
     assert asked is not None and asked.name == "agent"
+
+
+@pytest.mark.parametrize(("intents", "transcript", "intent"), [
+    # a department the caller asks a person of: the common request for a person is no background
+    ({"sales": ["talk to sales", "sales department"], "support": ["technical support", "my internet is down"]},
+     "can I speak with tech support", "support"),
+    # a common request the ask offers in its own words ("opening hours" is no example of it)
+    ({"store_hours": ["store hours", "what time do you open"], "returns": ["return an item", "I want a refund"]},
+     "what time do you close tonight", "store_hours"),
+])
+def test_an_intent_of_the_integrators_own_is_not_refused_for_a_common_request_like_it(
+        encoder: WordLlamaEncoder, intents: dict[str, list[str]], transcript: str, intent: str) -> None:
+    match = IntentMatcher(intents, encoder=encoder).match(transcript)
+    assert match is not None and match.name == intent, IntentMatcher(intents, encoder=encoder).scores(transcript)
+
