@@ -247,6 +247,13 @@ def _ends_unfinished(ws: list[str]) -> bool:
     return False
 
 
+def _announces_more(core: list[str]) -> bool:
+    """Are the words (fillers aside) a discourse marker, alone or after a yes or a filler
+    ("actually", "yeah, well", "oh, by the way")?"""
+    before = core[:-3] if core[-3:] == ["by", "the", "way"] else core[:-1] if core[-1] in DISCOURSE_MARKERS else None
+    return before is not None and all(w in DISCOURSE_MARKERS or w in _ANSWER_OPENERS for w in before)
+
+
 def completeness(text: str) -> Completeness:
     """How finished the words so far are (see the module's docstring)."""
     ws = turn_words(text)
@@ -256,9 +263,7 @@ def completeness(text: str) -> Completeness:
     core = [w for w in ws if w not in FILLERS]
     if not ws or not core:
         return Completeness.UNFINISHED if ws else Completeness.UNDECIDED
-    if all(w in DISCOURSE_MARKERS or w in _ANSWER_OPENERS for w in core) and core[-1] in DISCOURSE_MARKERS \
-            or core[-3:] == ["by", "the", "way"] and all(w in DISCOURSE_MARKERS or w in _ANSWER_OPENERS
-                                                         for w in core[:-3]):
+    if _announces_more(core):
         return Completeness.UNFINISHED  # "actually", "yeah, well", "oh, by the way": more is coming
     answer = core
     while len(answer) > 1 and answer[0] in _ANSWER_OPENERS:

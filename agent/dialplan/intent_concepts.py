@@ -445,7 +445,7 @@ CLOSINGS = frozenset({"end_call", "nothing_more"})
 NEGATIVE_ANSWERS = frozenset({"decline", "nothing_more"})
 """Concepts said in the negative ("no", "I don't need anything else"): a negation is their request."""
 
-ANSWERS = frozenset({"affirm", "decline", "nothing_more"})
+ANSWERS = NEGATIVE_ANSWERS | {"affirm"}
 """Concepts that answer the question asked rather than make a request: what they mean depends
 on the question ("no", "that's all" may end the call at a menu that offers no "nothing else").
 They are never background (:func:`background_concepts`)."""

