@@ -93,13 +93,14 @@ def test_out_of_scope_pauses_backchannels_and_slots_are_there() -> None:
 
 def test_split_is_deterministic_balanced_and_disjoint() -> None:
     """The half of a text is the parity of its SHA-1 (a fixed value, whatever else is in the
-    corpus); each label is split roughly in two; no text, however cased or punctuated, is in
-    both halves."""
+    corpus); each label is split roughly in two (batches written for one half aside); no text,
+    however cased or punctuated, is in both halves."""
     half_of = corpus().half_of
     assert [half_of(t) for t in ("my card was stolen", "nope", "get me someone")] == ["test", "test", "dev"]
     by_label: dict[str, Counter[str]] = {}
     for u in texts():
-        by_label.setdefault(u.label, Counter())[u.half] += 1
+        if u.given_half is None:
+            by_label.setdefault(u.label, Counter())[u.half] += 1
     for label, halves in by_label.items():
         total = sum(halves.values())
         if total >= MIN_PARAPHRASES:
@@ -107,6 +108,19 @@ def test_split_is_deterministic_balanced_and_disjoint() -> None:
     dev = {" ".join(said_words(u.said)) for u in texts() if u.half == "dev"}
     test = {" ".join(said_words(u.said)) for u in texts() if u.half == "test"}
     assert dev and test and not dev & test
+
+
+def test_a_batch_written_for_one_half_stays_in_it(tmp_path: Any) -> None:
+    """A file with ``half: dev`` puts every text in dev, whatever its hash says; an unknown half
+    is an error naming the file."""
+    (tmp_path / "extra.yaml").write_text(
+        "kind: out_of_scope\nhalf: dev\nasks: all\ntexts:\n  - my card was stolen\n  - nope\n")
+    loaded = corpus().load_texts(str(tmp_path))
+    assert [(u.text, u.half) for u in loaded] == [("my card was stolen", "dev"), ("nope", "dev")]
+    assert corpus().half_of("my card was stolen") == "test"
+    (tmp_path / "extra.yaml").write_text("kind: out_of_scope\nhalf: train\nasks: all\ntexts: [nope]\n")
+    with pytest.raises(ValueError, match="extra.yaml: half"):
+        corpus().load_texts(str(tmp_path))
 
 
 def test_paraphrases_share_few_words_with_the_examples() -> None:
