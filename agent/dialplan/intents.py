@@ -40,6 +40,11 @@ background requests that no intent covers. :meth:`IntentMatcher.match` then deci
   clearly beaten by a background request (:data:`BACKGROUND_MARGIN_COSINE`); its score is
   mapped into [:data:`SEMANTIC_SCORE_FLOOR`, :data:`SEMANTIC_SCORE_CEILING`], below the 0.9 that
   marks words as a complete request, so only the dialplan's own words can end a turn early;
+* else, when the transcript is written in parts (commas, a full stop: "can you read me what I've
+  got, I'm about to pay a bill") and one part of :data:`PART_MIN_WORDS` words or more matches an
+  intent that neither ends the call, nor answers a question, nor asks for a person, while no
+  other part, however short, matches another intent ("no, time all set"), that intent: a caller's reason or greeting around the
+  request dilutes the whole sentence's meaning;
 * else nothing matches: the request is out of scope.
 
 Words said in the negative select no intent they negate (:meth:`IntentMatcher.match`).
@@ -53,7 +58,7 @@ from difflib import SequenceMatcher
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from agent.dialplan.intent_concepts import CLOSINGS, NEGATIVE_ANSWERS, adopted
+from agent.dialplan.intent_concepts import ANSWERS, CLOSINGS, NEGATIVE_ANSWERS, ROUTED, adopted
 from agent.dialplan import negation
 
 # SLOT_TYPES and slot_phrases are re-exported for the dialplan loader, which imports them from here.
@@ -109,6 +114,12 @@ SEMANTIC_MIN_MARGIN = 0.02
 BACKGROUND_MARGIN_COSINE = 0.06
 """A background request nearer than the best intent by more than this refuses the transcript, also
 one the examples' words alone would match less than surely."""
+
+PART_MIN_WORDS = 3
+"""Least words of a part of the transcript ("what do I have") matched on its own when the whole
+matches nothing; shorter parts ("hang on", "yes please") are what callers add around any request."""
+
+_PARTS = re.compile(r"[,;.?!]+")
 
 SEMANTIC_SCORE_FLOOR = 0.7
 SEMANTIC_SCORE_CEILING = 0.85
@@ -334,6 +345,9 @@ class IntentMatcher:
         #: intents that close the call or the conversation, and those said in the negative
         self._closings = frozenset(n for n, c in concepts.items() if c & CLOSINGS)
         self._negative_answers = frozenset(n for n, c in concepts.items() if c & NEGATIVE_ANSWERS)
+        #: intents a part of a sentence may select: none that ends the call, answers a question or
+        #: asks for a person (acting on those needs the whole turn)
+        self._partial = frozenset(n for n, c in concepts.items() if not c & (CLOSINGS | ANSWERS | ROUTED))
         #: the dialplan's own examples that say what the caller does not want ("I don't want it
         #: any more"): a match on one of them stands
         self._unwanted_examples = frozenset(
@@ -389,6 +403,20 @@ class IntentMatcher:
         return again if allowed(again) else None
 
     def _match(self, transcript: str, by_meaning: bool) -> IntentMatch | None:
+        match = self._match_whole(transcript, by_meaning)
+        if match is not None or self._semantic is None or not by_meaning:
+            return match
+        parts = [p.strip() for p in _PARTS.split(transcript) if p.strip()]
+        if len(parts) < 2:
+            return None
+        found = [(m, len(p.split()) >= PART_MIN_WORDS) for p in parts
+                 if (m := self._match_whole(p, by_meaning)) is not None]
+        long_enough = [m for m, long in found if long]
+        if not long_enough or len({m.name for m, _ in found}) != 1 or long_enough[0].name not in self._partial:
+            return None  # (a short part that selects another intent, "no, ...", speaks against it)
+        return max(long_enough, key=lambda m: m.score)
+
+    def _match_whole(self, transcript: str, by_meaning: bool) -> IntentMatch | None:
         ranked = self.scores(transcript)
         lexical = ranked[0] if ranked and ranked[0].score >= self.threshold else None
         if self._semantic is None or not by_meaning or not transcript.strip():

@@ -287,3 +287,42 @@ def test_an_intent_of_the_integrators_own_is_not_refused_for_a_common_request_li
     match = IntentMatcher(intents, encoder=encoder).match(transcript)
     assert match is not None and match.name == intent, IntentMatcher(intents, encoder=encoder).scores(transcript)
 
+
+
+@pytest.mark.parametrize(
+    ("transcript", "intent"),
+    [
+        ("can you read me what I've got, I'm about to pay a bill", "balance"),
+        ("yeah hi, what's the damage on my checking these days", "balance"),
+    ],
+)
+def test_a_request_among_other_words_is_matched_by_its_part(menu: IntentMatcher, transcript: str,
+                                                             intent: str) -> None:
+    """A request written with a reason or a greeting around it, which dilute the whole sentence's
+    meaning, is matched by the part that makes it."""
+    whole = menu._match_whole(transcript, by_meaning=True)
+    assert whole is None
+    match = menu.match(transcript)
+    assert match is not None and match.name == intent
+
+
+@pytest.mark.parametrize(
+    "transcript",
+    [
+        "yes please, I need help with another thing",   # a part ("yes please") that is an answer
+        "my card was stolen, can you help me",          # no part is a request of the ask
+        "I'm leaving on a trip soon, what's my balance, and when do you open",  # two requests
+    ],
+)
+def test_a_part_selects_nothing_that_ends_answers_transfers_or_competes(menu: IntentMatcher, transcript: str) -> None:
+    """Ending the call, a yes or no and a transfer need the whole turn, and parts that select two
+    intents select neither."""
+    match = menu.match(transcript)
+    assert match is None or match.name not in ("goodbye", "agent"), match
+    if "balance" in transcript:
+        assert match is None
+
+
+def test_parts_of_a_goodbye_do_not_end_the_call(menu: IntentMatcher) -> None:
+    """Only a whole turn ends the call: "okay, hang on, there's one more thing" is no goodbye."""
+    assert menu.match("okay, hang on a second, there's one more thing I wanted") is None
