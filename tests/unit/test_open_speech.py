@@ -11,7 +11,7 @@ import pytest
 
 from agent.speech.server.open_speech import OpenSpeechDecoder
 from agent.speech.server.recognizer import EndpointingParams, FinalHypothesis, InterimHypothesis, UtteranceRecognizer
-from agent.speech.server.whisper import Transcript, cut_repeat, normalise
+from agent.speech.server.whisper import Transcript, cut_repeat, normalise, normalise_with_commas
 from tests.unit.test_recognizer_flush import FakeDecoder, LevelClassifier, silence, tone
 
 
@@ -19,8 +19,9 @@ class ScriptedTranscriber:
     """Says *text*; records the length of each audio it was given."""
 
     def __init__(self, text: str = "my card was stolen yesterday", alternatives: tuple[str, ...] = (),
-                 sentence_end: float = 0.0, question: bool = False) -> None:
+                 sentence_end: float = 0.0, question: bool = False, commas: tuple[int, ...] = ()) -> None:
         self.text = text
+        self.commas = commas
         self.alternatives = alternatives
         self.sentence_end = sentence_end
         self.question = question
@@ -36,7 +37,8 @@ class ScriptedTranscriber:
         self.asked.append(alternatives)
         self.before.append(None if before is None else (len(before[0]), before[1]))
         return Transcript(self.text, 0.8, self.alternatives[:alternatives - 1],
-                          sentence_end=self.sentence_end if sentence_end else None, question=self.question)
+                          sentence_end=self.sentence_end if sentence_end else None, question=self.question,
+                          commas=self.commas)
 
 
 @dataclass
@@ -248,6 +250,36 @@ def test_a_piece_said_just_after_another_is_judged_with_it() -> None:
     assert near[-1][0] > first_piece_bytes
     assert all(b is None for b in befores(2500))
     assert all(b is None for b in befores(700, punctuate=False))
+
+
+def test_whispers_commas_are_written_when_punctuating() -> None:
+    """A stream asked to punctuate gets the commas (and sentence marks inside the words) Whisper
+    wrote, as a hosted recogniser's punctuation gives them; its other readings and a stream not
+    asked to punctuate get none."""
+    def finals(punctuate: bool) -> list[str]:
+        whisper = ScriptedTranscriber("can you read me what i've got i'm about to pay a bill", sentence_end=0.9,
+                                      commas=(6,))
+        decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, None, punctuate=punctuate)
+        events = run(decoder, silence(200) + tone(900) + silence(600))
+        return [e.transcript for e in events if isinstance(e, FinalHypothesis)]
+
+    assert finals(True) == ["can you read me what i've got, i'm about to pay a bill."]
+    assert finals(False) == ["can you read me what i've got i'm about to pay a bill"]
+
+
+def test_commas_are_kept_apart_from_the_words() -> None:
+    """The words are normalised as without commas (a run of numbers is still said figure by
+    figure across one, its comma after the group's last figure); the commas and sentence marks inside the text are the indices of the
+    words they follow, never after the last word."""
+    assert normalise_with_commas("Hi, um, what have I got in checking, please?") == (
+        "hi um what have i got in checking please".split(), (0, 1, 7))
+    assert normalise_with_commas("Hi. I need my balance. Thanks.") == ("hi i need my balance thanks".split(), (0, 4))
+    assert normalise_with_commas("It's 4021, 7731, okay") == (
+        "it's four zero two one seven seven three one okay".split(), (4, 8))
+    assert normalise_with_commas("Get me someone,") == (["get", "me", "someone"], ())
+    assert normalise_with_commas("It costs $1,250.50, right?") == (
+        "it costs one thousand two hundred fifty dollars and fifty cents right".split(), (10,))
+    assert Transcript("yes yes please", 0.9, commas=(0,)).written() == "yes, yes please"
 
 
 def test_whisper_saying_nothing_gives_no_final() -> None:

@@ -161,7 +161,7 @@ class OpenSpeechDecoder:
         w = self._whisper
         if not w.text:
             return None
-        return _Hyp(w.text + self._mark(w), w.confidence)
+        return _Hyp((w.written() if self._punctuate else w.text) + self._mark(w), w.confidence)
 
     def _mark(self, w: Transcript) -> str:
         """The sentence mark that ends *w*'s words, if any."""

@@ -58,6 +58,13 @@ class Transcript:
     sentence_end: float | None = None
     #: the sentence mark Whisper wrote after the last word is a question mark
     question: bool = False
+    #: the words of *text* (by index) that Whisper wrote a comma after, the last word never
+    commas: tuple[int, ...] = ()
+
+    def written(self) -> str:
+        """*text* with Whisper's commas ("can you read me what i've got, i'm about to pay a bill")."""
+        words = self.text.split()
+        return " ".join(w + "," if i in self.commas else w for i, w in enumerate(words))
 
 
 def _samples(pcm16k: bytes) -> np.ndarray:
@@ -105,10 +112,32 @@ def normalise(text: str) -> str:
     number ("25" -> "twenty five"), longer ones, ones starting with 0 and runs of numbers figure
     by figure, as account numbers and codes are said ("4021" -> "four zero two one", "731 8840"
     -> "seven three one eight eight four zero")."""
+    return " ".join(normalise_with_commas(text)[0])
+
+
+#: a sentence mark or semicolon with more words after it: a boundary between parts, as a comma
+_INNER_MARK = re.compile(r"[.?!;:]+(?=\s+\S)")
+#: a comma as a token of its own while the words are normalised (no word is spelt so)
+_COMMA = " qqcommaqq "
+
+
+def normalise_with_commas(text: str) -> tuple[list[str], tuple[int, ...]]:
+    """:func:`normalise`'s words, and the indices of those Whisper wrote a comma after, or a
+    sentence mark inside the text (the last word never)."""
     text = _GROUPED.sub("", text)
     text = _CLOCK.sub(_clock, _MONEY.sub(_money, text)).replace("%", " percent ")
-    tokens = _NOT_A_WORD.sub(" ", text.lower().replace("-", " ")).split()
+    text = _INNER_MARK.sub(",", text)
+    marked = _NOT_A_WORD.sub(" ", text.lower().replace("-", " ").replace(",", _COMMA)).split()
+    tokens: list[str] = []
+    comma_after: set[int] = set()
+    for token in marked:
+        if token == _COMMA.strip():
+            if tokens:
+                comma_after.add(len(tokens) - 1)
+        else:
+            tokens.append(token)
     words: list[str] = []
+    commas: list[int] = []
     for i, word in enumerate(tokens):
         if word.isdigit():
             in_a_row = (i > 0 and tokens[i - 1].isdigit()) or (i + 1 < len(tokens) and tokens[i + 1].isdigit())
@@ -120,7 +149,9 @@ def normalise(text: str) -> str:
             word = word.strip("'")
             if word:
                 words.append(word)
-    return " ".join(words)
+        if i in comma_after and words and (not commas or commas[-1] != len(words) - 1):
+            commas.append(len(words) - 1)
+    return words, tuple(c for c in commas if c < len(words) - 1)
 
 
 def cut_repeat(words: list[str]) -> list[str]:
@@ -222,12 +253,13 @@ class WhisperTranscriber:
                                     key=lambda reading: reading[0])
             self.transcribed += 1
         texts = [self._words(ids) for ids in [best, *result.sequences_ids[1:]]]
+        commas = self._commas(best, len(texts[0].split()))
         tokens = [t for t in result.sequences_ids[0] if t < self._eot]
         # CTranslate2's score is the sequence's log probability divided by its length.
         confidence = math.exp(result.scores[0]) if result.scores and tokens else 0.0
         others = tuple(dict.fromkeys(t for t in texts[1:] if t and t != texts[0]))
         return Transcript(text=texts[0], confidence=round(min(1.0, max(0.0, confidence)), 4), alternatives=others,
-                          sentence_end=end, question=question)
+                          sentence_end=end, question=question, commas=commas)
 
     def _heard_only(self, encoded: object, ids: list[int], frames: int, audio_s: float) -> list[int]:
         """*ids* without what Whisper made up in the silence appended to the audio
@@ -314,3 +346,9 @@ class WhisperTranscriber:
     def _words(self, ids: list[int]) -> str:
         tokens = [t for t in ids if t < self._eot]
         return " ".join(cut_repeat(normalise(self._tokenizer.decode(tokens)).split()))
+
+    def _commas(self, ids: list[int], kept: int) -> tuple[int, ...]:
+        """The commas Whisper wrote among the first *kept* words of *ids* (those :meth:`_words`
+        keeps): after which word each comes."""
+        _, commas = normalise_with_commas(self._tokenizer.decode([t for t in ids if t < self._eot]))
+        return tuple(c for c in commas if c < kept - 1)
