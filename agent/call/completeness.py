@@ -80,6 +80,8 @@ _OBJECT_FRONTED_VERBS = frozenset("have has had do does did got need want".split
 _FRONTED = frozenset("what much many all which whatever".split())
 #: a verb of this list followed by an object pronoun still wants more ("tell me", "give me")
 _TWO_OBJECT_VERBS = frozenset("tell give show let get send bring ask".split())
+#: "find out", "figure out", "work out": after "to" ("hoping to find out") their clause is to come
+_OUT_VERBS = frozenset("find figure work sort".split())
 #: said first, a request follows ("i was wondering if", "could you", "is it possible to")
 _OPENERS = (("i", "was", "wondering"), ("i", "wonder"), ("could", "you"), ("can", "you"), ("would", "you"),
             ("will", "you"), ("is", "it", "possible"), ("do", "you", "know"))
@@ -228,6 +230,8 @@ def _ends_unfinished(ws: list[str]) -> bool:
         return not (before in ("that's", "is", "was", "do") and last == "it")
     if last == "so" and before in ("think", "guess", "hope", "suppose"):
         return False
+    if last == "out" and before in _OUT_VERBS and earlier == "to":
+        return True  # "i was hoping to find out", "trying to work out": what, when or if is to come
     if last in _OBJECT_FRONTED_VERBS and before in SUBJECT_PRONOUNS | {"you"} and _FRONTED & set(ws[:-2]):
         return False  # "how much i have", "what you did": the object came first
     if last == "no" and (before in FILLERS or before in BARE_ANSWERS):

@@ -14,6 +14,8 @@ UNFINISHED = [
     "can I pay by", "it was sent by",
     # a discourse marker announces what comes next
     "what time does it", "when did it", "do you", "actually", "yeah, actually", "oh, actually", "well", "um, anyway", "also", "oh, by the way", "okay, well",
+    # what the caller wants to find out is still to come
+    "so I was hoping to find out", "I'm trying to work out", "I need to figure out",
 ]
 COMPLETE = [
     "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
@@ -32,7 +34,7 @@ COMPLETE = [
     "no i'm all right um no", "no no",
     # words that end on a goodbye, also as the recogniser spells it, and "by" as a particle
     "okay great thank you so much bye", "thanks bye", "I'll call back another time by", "thank you by",
-    "I'll come by",
+    "I'll come by", "I'll find out", "it all worked out", "I need to find out what I have",
     # a yes with the words that come with one
     "okay great", "sounds good", "alright then",
     # an answer after a discourse marker, and a marker after a request
