@@ -40,6 +40,9 @@ background requests that no intent covers. :meth:`IntentMatcher.match` then deci
   clearly beaten by a background request (:data:`BACKGROUND_MARGIN_COSINE`); its score is
   mapped into [:data:`SEMANTIC_SCORE_FLOOR`, :data:`SEMANTIC_SCORE_CEILING`], below the 0.9 that
   marks words as a complete request, so only the dialplan's own words can end a turn early;
+* a match to a request for a person, short of a sure one, stands only when the words name someone
+  to talk to, or do not just say what the call is about ("I'd like to talk about investing", "I'm calling
+  about a loan": :data:`PERSON_WORDS`);
 * else, when the transcript is written in parts (commas, a full stop: "can you read me what I've
   got, I'm about to pay a bill") and one part of :data:`PART_MIN_WORDS` words or more matches an
   intent that neither ends the call, nor answers a question, nor asks for a person, while no
@@ -114,6 +117,16 @@ SEMANTIC_MIN_MARGIN = 0.02
 BACKGROUND_MARGIN_COSINE = 0.06
 """A background request nearer than the best intent by more than this refuses the transcript, also
 one the examples' words alone would match less than surely."""
+
+#: "talk about investing", "I'm calling about a loan": a topic, not a person asked for
+_TOPIC = re.compile(r"\b(?:talk|talking|speak|speaking|chat|chatting|call|calling|ask|asking|discuss|enquire|"
+                    r"enquiring|inquire|inquiring)\b(?:\s+\w+){0,2}?\s+about\b")
+#: words that name the person a caller asks for ("talk to someone about my loan")
+PERSON_WORDS = frozenset("""
+    someone somebody anyone anybody person people human humans agent agents representative rep operator
+    staff employee colleague advisor adviser banker manager supervisor team member teller clerk officer
+    specialist desk reception service support live real
+    """.split())
 
 PART_MIN_WORDS = 3
 """Least words of a part of the transcript ("what do I have") matched on its own when the whole
@@ -345,6 +358,8 @@ class IntentMatcher:
         #: intents that close the call or the conversation, and those said in the negative
         self._closings = frozenset(n for n, c in concepts.items() if c & CLOSINGS)
         self._negative_answers = frozenset(n for n, c in concepts.items() if c & NEGATIVE_ANSWERS)
+        #: intents that ask for a person
+        self._routed = frozenset(n for n, c in concepts.items() if c & ROUTED)
         #: intents a part of a sentence may select: none that ends the call, answers a question or
         #: asks for a person (acting on those needs the whole turn)
         self._partial = frozenset(n for n, c in concepts.items() if not c & (CLOSINGS | ANSWERS | ROUTED))
@@ -426,13 +441,24 @@ class IntentMatcher:
         if lexical is None and not _has_content_word(transcript):
             return None  # "i would like to", "can i": no request yet, whatever it resembles
         meaning = self._semantic.compare(transcript)
+        match = None
         if lexical is not None:
             own = meaning.by_intent[lexical.name]
             if own >= max(meaning.by_intent.values()) - LEXICAL_VETO_COSINE and (
                 meaning.background - own <= BACKGROUND_MARGIN_COSINE
             ):
-                return lexical
-        return self._match_by_meaning(meaning)
+                match = lexical
+        match = match or self._match_by_meaning(meaning)
+        if match is not None and match.name in self._routed and self._names_a_topic_only(transcript):
+            return None
+        return match
+
+    def _names_a_topic_only(self, transcript: str) -> bool:
+        """Do the words say what the call is about ("I'd like to talk about investing") without
+        naming anyone to say it to? Such words ask for no person, however near they come to
+        "talk to someone" in meaning."""
+        words = normalize(transcript)
+        return _TOPIC.search(" ".join(words)) is not None and not PERSON_WORDS.intersection(words)
 
     def _match_by_meaning(self, meaning: SemanticScores) -> IntentMatch | None:
         order = {name: i for i, name in enumerate(self.intent_names)}

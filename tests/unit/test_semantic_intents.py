@@ -326,3 +326,19 @@ def test_a_part_selects_nothing_that_ends_answers_transfers_or_competes(menu: In
 def test_parts_of_a_goodbye_do_not_end_the_call(menu: IntentMatcher) -> None:
     """Only a whole turn ends the call: "okay, hang on, there's one more thing" is no goodbye."""
     assert menu.match("okay, hang on a second, there's one more thing I wanted") is None
+
+
+@pytest.mark.parametrize("transcript", ["I'd like to talk about investing some money", "i'm calling about a loan",
+                                        "can I ask about your mortgage rates"])
+def test_what_a_call_is_about_asks_for_no_person(menu: IntentMatcher, transcript: str) -> None:
+    """Words that only say what the call is about ("talk about investing") are not a request for
+    a person, however near "talk to someone" they come."""
+    match = menu.match(transcript)
+    assert match is None or match.name != "agent", match
+
+
+@pytest.mark.parametrize("transcript", ["I'd like to talk to someone about investing",
+                                        "can I speak with an advisor about my loan"])
+def test_a_person_asked_for_about_a_topic_is_still_a_person(menu: IntentMatcher, transcript: str) -> None:
+    match = menu.match(transcript)
+    assert match is not None and match.name == "agent", match
