@@ -300,6 +300,10 @@ def test_normalise_writes_whispers_text_as_the_recognisers_words() -> None:
     assert normalise("Press 1 for 25 or 100% and 0123") == "press one for twenty five or one hundred percent and zero one two three"
     assert normalise("I'd like to... um, check it 'now'") == "i'd like to um check it now"
     assert normalise("") == ""
+    # times as Whisper also writes them: with a dot, or without the colon after a word of time
+    assert normalise("Are you there at 5.30? Till 9.00?") == "are you there at five thirty till nine"
+    assert normalise("Can I come by like 1230, or at 930") == "can i come by like twelve thirty or at nine thirty"
+    assert normalise("It's 1230 4455, at 4021") == "it's one two three zero four four five five at four zero two one"
 
 
 def test_cut_repeat_keeps_the_sentence_once() -> None:

@@ -87,7 +87,12 @@ class WhisperUnavailable(RuntimeError):
 
 
 _MONEY = re.compile(r"\$(\d+)(?:\.(\d\d))?")
-_CLOCK = re.compile(r"\b(\d{1,2}):(\d\d)\b")
+#: a time of day, "9:30" or (as Whisper also writes it) "9.30"
+_CLOCK = re.compile(r"\b(\d{1,2})[:.]([0-5]\d)\b")
+#: a time of day written without its colon after a word that says a time follows ("at 530",
+#: "like 1230"); a number said on its own or in a group ("it's 1230 4455") stays a number
+_BARE_CLOCK = re.compile(r"\b(at|around|about|by|till|until|before|after|like|from)\s+(1[0-2]|0?[1-9])([0-5]\d)\b(?!\s*\d)",
+                         re.IGNORECASE)
 _GROUPED = re.compile(r"(?<=\d),(?=\d\d\d)")
 
 
@@ -100,6 +105,10 @@ def _money(m: re.Match[str]) -> str:
     return f" {said} "
 
 
+def _bare_clock(m: re.Match[str]) -> str:
+    return f"{m.group(1)} {m.group(2)}:{m.group(3)}"
+
+
 def _clock(m: re.Match[str]) -> str:
     hour, minute = int(m.group(1)), int(m.group(2))
     return f" {cardinal(hour)} " if minute == 0 else f" {cardinal(hour)} {'oh ' if minute < 10 else ''}{cardinal(minute)} "
@@ -108,7 +117,7 @@ def _clock(m: re.Match[str]) -> str:
 def normalise(text: str) -> str:
     """Whisper's cased, punctuated text as the agent's recognisers write words: lower case, no
     punctuation, amounts and times in words ("$123.45" -> "one hundred twenty three dollars and
-    forty five cents", "9:30" -> "nine thirty"), a number of up to three figures on its own as a
+    forty five cents", "9:30", "9.30" and "at 930" -> "nine thirty"), a number of up to three figures on its own as a
     number ("25" -> "twenty five"), longer ones, ones starting with 0 and runs of numbers figure
     by figure, as account numbers and codes are said ("4021" -> "four zero two one", "731 8840"
     -> "seven three one eight eight four zero")."""
@@ -125,7 +134,8 @@ def normalise_with_commas(text: str) -> tuple[list[str], tuple[int, ...]]:
     """:func:`normalise`'s words, and the indices of those Whisper wrote a comma after, or a
     sentence mark inside the text (the last word never)."""
     text = _GROUPED.sub("", text)
-    text = _CLOCK.sub(_clock, _MONEY.sub(_money, text)).replace("%", " percent ")
+    text = _BARE_CLOCK.sub(_bare_clock, _MONEY.sub(_money, text))
+    text = _CLOCK.sub(_clock, text).replace("%", " percent ")
     text = _INNER_MARK.sub(",", text)
     marked = _NOT_A_WORD.sub(" ", text.lower().replace("-", " ").replace(",", _COMMA)).split()
     tokens: list[str] = []
