@@ -40,7 +40,7 @@ _CONTRACTIONS = (
 _UNWANTED = re.compile(
     r"\b(?:(?:do|does|did) not|never|no longer)\s+(?:really\s+|even\s+)?"
     r"(?:want|wants|wanted|wanna|need|needs|needed|wish)\b(?:\s+to\b)?"
-    r"|^(?:(?:please|no|oh|well|um|uh)\s+)*do not\b(?!\s+(?:know|think|understand|remember|see)\b)"
+    r"|^(?:(?:please|no|oh|well|um|uh)(?:\s+,)?\s+)*do not\b(?!\s+(?:know|think|understand|remember|see)\b)"
 )
 
 #: words with which the caller goes on to something else after what they do not want: a new
@@ -73,7 +73,10 @@ _NOT_A_REQUEST = frozenset("""
 
 
 def _plain(text: str) -> str:
-    lowered = " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("’", "'")).split())
+    """Lower-case words, contractions written out, a comma or sentence mark inside the words as
+    a "," of its own (where a negated wish ends: "I don't want to wait, put me through")."""
+    marked = re.sub(r"[,;.?!]+", " , ", text.lower().replace("’", "'"))
+    lowered = " ".join(re.sub(r"[^a-z0-9', ]+", " ", marked).split()).strip(" ,")
     for pattern, written in _CONTRACTIONS:
         lowered = pattern.sub(written, lowered)
     return lowered
@@ -105,7 +108,7 @@ def read(text: str) -> Negation:
     """What *text* says in the negative (see the module)."""
     plain = _plain(text)
     not_done = list(_NOT_DONE.finditer(plain))
-    after = plain[not_done[-1].end():].split() if not_done else []
+    after = [w for w in plain[not_done[-1].end():].split() if w != ","] if not_done else []
     while after and after[0] in ("yet", "here"):
         after = after[1:]
     split = _split_unwanted(plain)
@@ -131,12 +134,12 @@ def _split_unwanted(plain: str) -> tuple[list[str], list[str]] | None:
     while found is not None:
         kept.extend(rest[: found.start()].split())
         after = rest[found.end():].split()
-        # the negated words run to where the caller goes on with something else
-        n = next((i for i, w in enumerate(after) if i > 0 and w in _GOES_ON), len(after))
+        # the negated words run to where the caller goes on with something else, or to a comma
+        n = next((i for i, w in enumerate(after) if (i > 0 and w in _GOES_ON) or w == ","), len(after))
         if _MACHINE.intersection(after[:n]):
             return None
         unwanted.extend(after[:n])
         rest = " ".join(after[n:])
         found = _UNWANTED.search(rest)
     kept.extend(rest.split())
-    return kept, unwanted
+    return [w for w in kept if w != ","], unwanted

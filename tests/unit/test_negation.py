@@ -27,6 +27,8 @@ ANYTHING_ELSE = dict(MENU, nothing_else=["no", "no thank you", "nothing else", "
         ("please do not transfer me", ""),
         ("don't hang up", ""),
         ("I don't want you to put me through", ""),  # an order's verb does not end the negation
+        ("I don't want to wait, put me through", "i put me through"),  # ... but a comma does
+        ("no, please, do not hang up", ""),
         ("I don't want to talk to a robot I want a person", None),  # not wanting a machine
         ("I don't need my balance, just the hours", "i just the hours"),
         ("I do not want to hang up I want my balance", "i i want my balance"),
