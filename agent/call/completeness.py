@@ -134,6 +134,24 @@ def turn_words(text: str) -> list[str]:
     return _WORD.findall(text.lower().replace("’", "'"))
 
 
+_WORD_OR_MARK = re.compile(r"[a-z']+|[,;:.?!]+")
+
+
+def punctuated_words(text: str) -> list[str]:
+    """:func:`turn_words`, a word the recogniser wrote a comma or a sentence mark after, with more
+    words following, ending in "," ("hi, what's my balance. thanks" -> ["hi,", "what's", "my",
+    "balance,", "thanks"]): where the caller's words fall into parts."""
+    out: list[str] = []
+    for token in _WORD_OR_MARK.findall(text.lower().replace("’", "'")):
+        if token[0] not in ",;:.?!":
+            out.append(token)
+        elif out and not out[-1].endswith(","):
+            out[-1] += ","
+    if out and out[-1].endswith(","):
+        out[-1] = out[-1][:-1]
+    return out
+
+
 def ends_in_digits(text: str) -> bool:
     """Do the words end with a spoken digit ("it's two six four one")? Callers read numbers out
     in groups, with a pause between them that the voice cannot tell from an end."""

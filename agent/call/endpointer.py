@@ -31,6 +31,7 @@ from typing import Callable, Generic, TypeVar
 
 from agent.call.completeness import (ACKNOWLEDGEMENTS, HESITATIONS, Completeness, alternatives, completeness,
                                      ends_in_digits, is_acknowledgement, is_bare_answer)
+from agent.call.completeness import punctuated_words
 from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
 
@@ -432,7 +433,9 @@ class TranscriptAssembler:
 
     @property
     def text(self) -> str:
-        return " ".join(x for x in [*self._finals, self._interim] if x)
+        """The turn's words; a comma where the recogniser wrote one, or wrote a sentence's end
+        before more words (a final written as a whole sentence, then another)."""
+        return " ".join(x for x in [*self._finals, self._interim] if x).rstrip(",")
 
     @property
     def confidence(self) -> float | None:
@@ -480,7 +483,7 @@ class TranscriptAssembler:
         return bool(self._interim or self._consumed)
 
     def on_interim(self, text: str) -> str:
-        self._interim = " ".join(self._strip(words(text)))
+        self._interim = " ".join(self._strip(punctuated_words(text)))
         self._interim_readings, self._next_readings = self._next_readings, ()
         self._interim_ends_sentence = ends_sentence(text)
         return self.text
@@ -494,7 +497,7 @@ class TranscriptAssembler:
         on the clock :meth:`set_aside` was given), only revises the set-aside words ("you" of
         "yeah" ending as "you have"): it is dropped with the turn's words, which would otherwise
         start the next voice's."""
-        rest = self._strip(words(text))
+        rest = self._strip(punctuated_words(text))
         readings, self._next_readings = self._next_readings, ()
         extra = rest if self._taken else []
         revision = self._aside_at is not None and last_voice_at is not None and last_voice_at <= self._aside_at
@@ -503,7 +506,7 @@ class TranscriptAssembler:
         if revision:
             self._finals, self._confidences = [], []
         elif rest:
-            self._finals.append(" ".join(rest))
+            self._finals.append(" ".join(rest) + ("," if ends_sentence(text) else ""))
             self._confidences.append(confidence)
             self._final_readings = readings
             self._final_ends_sentence = ends_sentence(text)
@@ -551,7 +554,7 @@ class TranscriptAssembler:
 
     def _strip(self, ws: list[str]) -> list[str]:
         n = len(self._consumed)
-        if n and ws[:n] == self._consumed:
+        if n and [w.rstrip(",") for w in ws[:n]] == self._consumed:
             return ws[n:]
         if n:
             # The recogniser revised the consumed words; drop as many leading words.

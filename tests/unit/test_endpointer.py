@@ -324,6 +324,23 @@ def test_assembler_joins_utterances_of_one_turn():
     assert a.on_interim("check my") == "i would like to check my"
 
 
+def test_assembler_keeps_the_recognisers_commas_inside_the_words():
+    """A comma or a sentence mark the recogniser wrote between words stays, as a comma (the
+    dialogue matches a request by its part), and so does the mark of a final written as a whole
+    sentence when more words follow; a mark after the turn's last word is the sentence end's
+    (:func:`ends_sentence`), not part of the text; consumed words compare without them."""
+    a = TranscriptAssembler()
+    assert a.on_interim("Hi, what's my balance?") == "hi, what's my balance"
+    assert a.sentence_end
+    text, _ = a.on_final("hi, what's my balance. thanks.")
+    assert text == "hi, what's my balance, thanks"
+    assert a.on_interim("and my savings") == "hi, what's my balance, thanks, and my savings"
+    b = TranscriptAssembler()
+    b.on_interim("yes please, my balance")
+    b.consume()
+    assert b.on_final("yes please, my balance, thanks")[0] == "thanks"
+
+
 def test_assembler_does_not_repeat_words_consumed_mid_utterance():
     """After a decision on an interim, the utterance's later results lose the consumed words."""
     a = TranscriptAssembler()
