@@ -360,6 +360,8 @@ class IntentMatcher:
         self._negative_answers = frozenset(n for n, c in concepts.items() if c & NEGATIVE_ANSWERS)
         #: intents that ask for a person
         self._routed = frozenset(n for n, c in concepts.items() if c & ROUTED)
+        #: the intent that takes "something else" ("I'm not done" alone asks for it), if any
+        self._more_help = next((n for n, c in concepts.items() if "more_help" in c), None)
         #: intents a part of a sentence may select: none that ends the call, answers a question or
         #: asks for a person (acting on those needs the whole turn)
         self._partial = frozenset(n for n, c in concepts.items() if not c & (CLOSINGS | ANSWERS | ROUTED))
@@ -407,8 +409,14 @@ class IntentMatcher:
 
         match = self._match(transcript, by_meaning)
         if said.not_done and not allowed(match):
-            # "I'm not finished, there's another thing": the request is what follows
-            match = self._match(said.after_not_done, by_meaning) if said.after_not_done else None
+            # "I'm not finished, there's another thing": the request is what follows; "wait, I'm
+            # not done yet" alone is "something else" where the ask takes that
+            if said.after_not_done:
+                match = self._match(said.after_not_done, by_meaning)
+            elif self._more_help is not None and by_meaning:
+                match = IntentMatch(self._more_help, SEMANTIC_SCORE_CEILING, "i'm not done")
+            else:
+                match = None
         if match is None or not allowed(match):
             return None
         if (said.without_unwanted is None or match.name in self._negative_answers

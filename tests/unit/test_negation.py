@@ -108,6 +108,17 @@ def test_not_done_closes_nothing(matchers: tuple[IntentMatcher, IntentMatcher], 
         assert match is None or match.name not in ("goodbye", "nothing_else"), match
 
 
+@pytest.mark.parametrize("text", ["wait, I'm not done yet", "no, I'm not finished"])
+def test_not_done_alone_asks_for_something_else_where_the_ask_takes_it(
+        matchers: tuple[IntentMatcher, IntentMatcher], text: str) -> None:
+    """At "anything else?" a caller who says only that they are not done has more to ask; at a
+    menu with no such intent the words select nothing (a reprompt)."""
+    assert matchers[0].match(text) is None
+    match = matchers[1].match(text)
+    assert match is not None and match.name == "something_else", match
+    assert match.score < 0.9  # not the dialplan's own words: the turn's end is not hurried
+
+
 @pytest.mark.parametrize(("text", "intent"), [("I don't need anything else", "nothing_else"), ("no thanks", "goodbye")])
 def test_answers_said_in_the_negative_still_select(matchers: tuple[IntentMatcher, IntentMatcher], text: str,
                                                    intent: str) -> None:
