@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.speech.server.open_speech import OpenSpeechDecoder
+from agent.speech.server.open_speech import SENTENCE_END_MIN_CONFIDENCE, OpenSpeechDecoder
 from agent.speech.server.recognizer import EndpointingParams, FinalHypothesis, InterimHypothesis, UtteranceRecognizer
 from agent.speech.server.whisper import Transcript, cut_repeat, normalise, normalise_with_commas
 from tests.unit.test_recognizer_flush import FakeDecoder, LevelClassifier, silence, tone
@@ -19,9 +19,11 @@ class ScriptedTranscriber:
     """Says *text*; records the length of each audio it was given."""
 
     def __init__(self, text: str = "my card was stolen yesterday", alternatives: tuple[str, ...] = (),
-                 sentence_end: float = 0.0, question: bool = False, commas: tuple[int, ...] = ()) -> None:
+                 sentence_end: float = 0.0, question: bool = False, commas: tuple[int, ...] = (),
+                 confidence: float = 0.8) -> None:
         self.text = text
         self.commas = commas
+        self.confidence = confidence
         self.alternatives = alternatives
         self.sentence_end = sentence_end
         self.question = question
@@ -36,7 +38,7 @@ class ScriptedTranscriber:
         self.calls.append(len(pcm16k))
         self.asked.append(alternatives)
         self.before.append(None if before is None else (len(before[0]), before[1]))
-        return Transcript(self.text, 0.8, self.alternatives[:alternatives - 1],
+        return Transcript(self.text, self.confidence, self.alternatives[:alternatives - 1],
                           sentence_end=self.sentence_end if sentence_end else None, question=self.question,
                           commas=self.commas)
 
@@ -230,6 +232,19 @@ def test_a_sentence_mark_stands_only_until_the_voice_goes_on() -> None:
     assert "i want to set up" in interims[marked + 1:]  # the voice went on
     assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == ["i want to set up."]
     assert len(whisper.calls) == 2
+
+
+def test_no_sentence_mark_on_words_whisper_barely_heard() -> None:
+    """A sure sentence end on words Whisper has little confidence in ("that way." for "how late",
+    0.13) is no sign the caller finished: no mark, the endpointer waits as for unmarked words."""
+    def finals(confidence: float) -> list[str]:
+        whisper = ScriptedTranscriber("that way", sentence_end=0.9, confidence=confidence)
+        decoder = OpenSpeechDecoder(WordsDecoder("salad"), whisper, None, punctuate=True)
+        events = run(decoder, silence(200) + tone(500) + silence(600))
+        return [e.transcript for e in events if isinstance(e, FinalHypothesis)]
+
+    assert finals(0.13) == ["that way"]
+    assert finals(SENTENCE_END_MIN_CONFIDENCE) == ["that way."]
 
 
 def test_a_piece_said_just_after_another_is_judged_with_it() -> None:

@@ -37,6 +37,9 @@ WHISPER_OVER_HINTS_MIN_CONFIDENCE = 0.5
 #: sentences' ends, 0.3 at gaps inside them). Chosen on the evaluation corpus's dev half with
 #: the endpointer's rule (docs/latency.md, "Written as a whole sentence")
 SENTENCE_END_MIN_PROBABILITY = 0.5
+#: ... and Whisper's confidence in the words is at least this: a mark on words it barely heard
+#: ("that way." for "how late", 0.13) is no sign the caller finished (docs/latency.md)
+SENTENCE_END_MIN_CONFIDENCE = 0.3
 
 
 #: an utterance that ended at most this long (ms) before the next one began is the first piece
@@ -166,7 +169,7 @@ class OpenSpeechDecoder:
     def _mark(self, w: Transcript) -> str:
         """The sentence mark that ends *w*'s words, if any."""
         if (not self._punctuate or self._voice_since or w.sentence_end is None
-                or w.sentence_end < SENTENCE_END_MIN_PROBABILITY):
+                or w.sentence_end < SENTENCE_END_MIN_PROBABILITY or w.confidence < SENTENCE_END_MIN_CONFIDENCE):
             return ""  # (voice since: the words go on, Whisper will hear them at the next checkpoint)
         return "?" if w.question else "."
 
