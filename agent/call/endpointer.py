@@ -506,10 +506,10 @@ class TranscriptAssembler:
         if revision:
             self._finals, self._confidences = [], []
         elif rest:
-            self._finals.append(" ".join(rest) + ("," if ends_sentence(text) else ""))
+            self._final_ends_sentence = ends_sentence(text)
+            self._finals.append(" ".join(rest) + ("," if self._final_ends_sentence else ""))
             self._confidences.append(confidence)
             self._final_readings = readings
-            self._final_ends_sentence = ends_sentence(text)
         return self.text, extra
 
     def consume(self) -> str:

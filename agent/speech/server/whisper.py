@@ -126,8 +126,8 @@ def normalise(text: str) -> str:
 
 #: a sentence mark or semicolon with more words after it: a boundary between parts, as a comma
 _INNER_MARK = re.compile(r"[.?!;:]+(?=\s+\S)")
-#: a comma as a token of its own while the words are normalised (no word is spelt so)
-_COMMA = " qqcommaqq "
+#: a word, or a comma between words
+_WORD_OR_COMMA = re.compile(r"[a-z0-9']+|,")
 
 
 def normalise_with_commas(text: str) -> tuple[list[str], tuple[int, ...]]:
@@ -137,11 +137,10 @@ def normalise_with_commas(text: str) -> tuple[list[str], tuple[int, ...]]:
     text = _BARE_CLOCK.sub(_bare_clock, _MONEY.sub(_money, text))
     text = _CLOCK.sub(_clock, text).replace("%", " percent ")
     text = _INNER_MARK.sub(",", text)
-    marked = _NOT_A_WORD.sub(" ", text.lower().replace("-", " ").replace(",", _COMMA)).split()
     tokens: list[str] = []
     comma_after: set[int] = set()
-    for token in marked:
-        if token == _COMMA.strip():
+    for token in _WORD_OR_COMMA.findall(text.lower().replace("-", " ")):
+        if token == ",":
             if tokens:
                 comma_after.add(len(tokens) - 1)
         else:
@@ -262,13 +261,13 @@ class WhisperTranscriber:
                                                        whole.shape[-1], before[1]),
                                     key=lambda reading: reading[0])
             self.transcribed += 1
-        texts = [self._words(ids) for ids in [best, *result.sequences_ids[1:]]]
-        commas = self._commas(best, len(texts[0].split()))
+        text, commas = self._words(best)
+        readings = (self._words(ids)[0] for ids in result.sequences_ids[1:])
         tokens = [t for t in result.sequences_ids[0] if t < self._eot]
         # CTranslate2's score is the sequence's log probability divided by its length.
         confidence = math.exp(result.scores[0]) if result.scores and tokens else 0.0
-        others = tuple(dict.fromkeys(t for t in texts[1:] if t and t != texts[0]))
-        return Transcript(text=texts[0], confidence=round(min(1.0, max(0.0, confidence)), 4), alternatives=others,
+        others = tuple(dict.fromkeys(t for t in readings if t and t != text))
+        return Transcript(text=text, confidence=round(min(1.0, max(0.0, confidence)), 4), alternatives=others,
                           sentence_end=end, question=question, commas=commas)
 
     def _heard_only(self, encoded: object, ids: list[int], frames: int, audio_s: float) -> list[int]:
@@ -353,12 +352,9 @@ class WhisperTranscriber:
         features = features[:, : features.shape[-1] - features.shape[-1] % 2]
         return features, ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None]))
 
-    def _words(self, ids: list[int]) -> str:
-        tokens = [t for t in ids if t < self._eot]
-        return " ".join(cut_repeat(normalise(self._tokenizer.decode(tokens)).split()))
-
-    def _commas(self, ids: list[int], kept: int) -> tuple[int, ...]:
-        """The commas Whisper wrote among the first *kept* words of *ids* (those :meth:`_words`
-        keeps): after which word each comes."""
-        _, commas = normalise_with_commas(self._tokenizer.decode([t for t in ids if t < self._eot]))
-        return tuple(c for c in commas if c < kept - 1)
+    def _words(self, ids: list[int]) -> tuple[str, tuple[int, ...]]:
+        """The words of *ids* (:func:`normalise`, cut at a repeat: :func:`cut_repeat`), and the
+        commas Whisper wrote among them: after which word each comes."""
+        words, commas = normalise_with_commas(self._tokenizer.decode([t for t in ids if t < self._eot]))
+        kept = cut_repeat(words)
+        return " ".join(kept), tuple(c for c in commas if c < len(kept) - 1)
