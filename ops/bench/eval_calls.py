@@ -33,6 +33,15 @@ from media.latency import INTERRUPTION, OVER_SPEECH_KINDS, ItemOutcome, percenti
 #: items over the greeting and menu prompt (ms after the answer), then the interruption
 OVER_PROMPT_AT_MS = (3000, 6500, 8500, 13000)
 INTERRUPTION_AT_MS = 15000
+#: with the prompts' audio known (``prompt_audio``), the interruption's voice starts inside a
+#: voiced stretch of the opening prompts at least this long (a comma's pause is not talking) ...
+INTERRUPT_MIN_STRETCH_MS = 900
+#: ... this far into it: the items over the prompt before it hold it back by up to ~150 ms
+INTERRUPT_INTO_STRETCH = 0.4
+#: ... and at least this long after the last item over the prompt
+INTERRUPT_AFTER_ITEM_MS = 1500
+#: the line's first audio comes this long after the ACK (wire, demo line)
+LINE_AUDIO_AT_MS = 200
 #: silence the line leaves between two prompts of one reply (flite kal16)
 PROMPT_GAP_MS = 460
 #: the scheduled gaps assume a reply starts within this long after the caller's turn
@@ -164,6 +173,27 @@ def _reply_ms(actions: Sequence[Action], prompt_ms: Callable[[str, str], int]) -
     return sum(says) + PROMPT_GAP_MS * (len(says) - 1), says[0]
 
 
+#: how the line says a prompt: its length as played (ms) and its voiced stretches in it
+PromptAudio = Callable[[str, str], tuple[int, Sequence[tuple[int, int]]]]
+
+
+def interruption_onset_ms(actions: Sequence[Action], prompt_audio: PromptAudio, not_before_ms: int) -> int | None:
+    """Where an interruption's voice starts over the line's opening prompts (ms after the ACK):
+    INTERRUPT_INTO_STRETCH into the last voiced stretch of at least INTERRUPT_MIN_STRETCH_MS that
+    starts after *not_before_ms*; None if there is none. The prompts are laid back to back from
+    LINE_AUDIO_AT_MS, as the line plays them (trimmed, one after the other)."""
+    at, best = LINE_AUDIO_AT_MS, None
+    for a in actions:
+        if not isinstance(a, Say):
+            continue
+        length, stretches = prompt_audio(a.text, a.voice)
+        for s0, s1 in stretches:
+            if s1 - s0 >= INTERRUPT_MIN_STRETCH_MS and at + s0 >= not_before_ms:
+                best = at + s0 + int(INTERRUPT_INTO_STRETCH * (s1 - s0))
+        at += length
+    return best
+
+
 def _listen(actions: Sequence[Action]) -> Listen | None:
     listens = [a for a in actions if isinstance(a, Listen)]
     return listens[-1] if listens else None
@@ -188,7 +218,8 @@ def _event_dict(event: Any) -> dict[str, Any]:
 def plan_eval_call(files: Sequence[EvalFile], rng: random.Random, turns: int, session: DialogueSession,
                    examples: Mapping[str, str], prompt_ms: Callable[[str, str], int], *,
                    over_prompt: bool = True, interruption_at_ms: int = INTERRUPTION_AT_MS,
-                   end_call: bool = True, cycle: Sequence[str] = TURN_CYCLE) -> list[EvalStep]:
+                   end_call: bool = True, cycle: Sequence[str] = TURN_CYCLE,
+                   prompt_audio: PromptAudio | None = None) -> list[EvalStep]:
     """One call's schedule against the dialplan *session* runs (a fresh session, started here).
 
     Over the greeting and menu: backchannels and noise, then an in-scope turn interrupting
@@ -196,6 +227,11 @@ def plan_eval_call(files: Sequence[EvalFile], rng: random.Random, turns: int, se
     reply to the previous one, each followed by a noise or backchannel over the reply's first
     prompt when it is long enough. With *end_call*: an ending answer last, then "yes" for its
     confirmation. *prompt_ms(text, voice)* is how long the line says a prompt.
+
+    With *prompt_audio* the interruption's voice starts inside a voiced stretch of the menu
+    prompt (:func:`interruption_onset_ms`), after the items over it, instead of at
+    *interruption_at_ms*: a voice starting in the prompt's own pause between two phrases
+    meets a line already silent, and its stop cannot be timed.
     """
     by_phrase: dict[tuple[str, str | None], list[EvalFile]] = {}
     for f in files:
@@ -217,9 +253,13 @@ def plan_eval_call(files: Sequence[EvalFile], rng: random.Random, turns: int, se
         if f is not None:
             steps.append(EvalStep(at_ms, f))
 
+    onset = None
+    if prompt_audio is not None:
+        items_end = max(OVER_PROMPT_AT_MS) if over_prompt else 0
+        onset = interruption_onset_ms(actions, prompt_audio, items_end + INTERRUPT_AFTER_ITEM_MS)
     if over_prompt:
         for k, at in enumerate(OVER_PROMPT_AT_MS):
-            if at + 1500 < min(talk_ms, interruption_at_ms):
+            if at + INTERRUPT_AFTER_ITEM_MS < (onset if onset is not None else min(talk_ms, interruption_at_ms)):
                 over_speech(at, k)
     at = min(interruption_at_ms, max(0, talk_ms - 2500))
     used: dict[str, int] = {}
@@ -251,6 +291,8 @@ def plan_eval_call(files: Sequence[EvalFile], rng: random.Random, turns: int, se
     if first is None:
         raise ValueError("no in-scope utterance for the first ask")
     intent, f = first
+    if onset is not None:
+        at = max(0, onset - f.voiced_start_ms)
     at, actions = turn(at, replace(f, kind=INTERRUPTION), intent, examples[intent], 0)
     for k in range(turns):
         listen = _listen(actions)

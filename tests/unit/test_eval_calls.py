@@ -87,6 +87,46 @@ def test_turns_wait_for_the_reply_and_items_over_prompts_land_while_the_line_tal
     assert all(s.file.text == "okay" for s in after_first), after_first
 
 
+def fake_prompt_audio(text: str, voice: str) -> tuple[int, list[tuple[int, int]]]:
+    """Prompts of 80 ms a letter: phrases between commas and full stops, each a
+    voiced stretch, 200 ms of pause after each."""
+    stretches, at = [], 0
+    for phrase in text.replace(".", ",").replace("?", ",").split(","):
+        if phrase.strip():
+            stretches.append((at, at + 80 * len(phrase.strip())))
+            at += 80 * len(phrase.strip()) + 200
+    return at, stretches
+
+
+def test_the_interruption_starts_inside_a_long_voiced_stretch_of_the_menu_after_the_items_over_it():
+    """With the prompts' audio known, the interruption's voice starts 40 % into the last stretch
+    of at least 900 ms of the opening prompts, never in a pause between phrases, and after the
+    items over the prompt; those all come before it."""
+    session = DialogueSession(DEMO, "main", {})
+    actions = session.start()
+    onset = ec.interruption_onset_ms(actions, fake_prompt_audio, max(ec.OVER_PROMPT_AT_MS) + ec.INTERRUPT_AFTER_ITEM_MS)
+    assert onset is not None
+    spans, at = [], ec.LINE_AUDIO_AT_MS
+    for a in actions:
+        if hasattr(a, "voice") and hasattr(a, "text"):
+            length, stretches = fake_prompt_audio(a.text, a.voice)
+            spans += [(at + s0, at + s1) for s0, s1 in stretches]
+            at += length
+    inside = [(s0, s1) for s0, s1 in spans if s0 < onset < s1]
+    assert len(inside) == 1
+    s0, s1 = inside[0]
+    assert s1 - s0 >= ec.INTERRUPT_MIN_STRETCH_MS and onset == s0 + int(ec.INTERRUPT_INTO_STRETCH * (s1 - s0))
+    assert not [s for s in spans if s[0] > s0 and s[1] - s[0] >= ec.INTERRUPT_MIN_STRETCH_MS]
+    steps = ec.plan_eval_call(corpus(), random.Random(2), 3, DialogueSession(DEMO, "main", {}),
+                              ec.intent_examples(DEMO, "main"), prompt_ms, prompt_audio=fake_prompt_audio)
+    first = next(s for s in steps if s.file.kind == INTERRUPTION)
+    assert first.at_ms + first.file.voiced_start_ms == onset
+    over = [s for s in steps if s.at_ms < first.at_ms]
+    assert len(over) == len(ec.OVER_PROMPT_AT_MS)
+    assert all(s.at_ms + ec.INTERRUPT_AFTER_ITEM_MS < onset for s in over)
+    assert ec.interruption_onset_ms(actions, fake_prompt_audio, 10 ** 6) is None
+
+
 def test_a_slice_without_the_prompt_items_and_without_ending():
     """The CI slice's schedule: no items over the greeting, an early interruption, no ending."""
     steps = plan(1, turns=3, over_prompt=False, interruption_at_ms=3000, end_call=False)
