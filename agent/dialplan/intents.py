@@ -43,6 +43,10 @@ background requests that no intent covers. :meth:`IntentMatcher.match` then deci
 * a match to a request for a person, short of a sure one, stands only when the words name someone
   to talk to, or do not just say what the call is about ("I'd like to talk about investing", "I'm calling
   about a loan": :data:`PERSON_WORDS`);
+* a match to an ending (goodbye, nothing more), short of a sure one, stands only when the words do
+  not end on a question about something ("what am I doing", "will anyone be in tomorrow":
+  :data:`_QUESTION`; "could I go now" is a request, and "what else? nah, I'm good" ends on the
+  answer);
 * else, when the transcript is written in parts (commas, a full stop: "can you read me what I've
   got, I'm about to pay a bill") and one part of :data:`PART_MIN_WORDS` words or more matches an
   intent that neither ends the call, nor answers a question, nor asks for a person, while no
@@ -127,6 +131,19 @@ PERSON_WORDS = frozenset("""
     staff employee colleague advisor adviser banker manager supervisor team member teller clerk officer
     specialist desk reception service support live real
     """.split())
+
+#: a question about something ("what am I doing", "are you still there at five", "I'll stop by, will
+#: anyone be in"), as the last part of the words: a caller who ends on one is not saying goodbye,
+#: however near the words come to "I'm leaving now" or "that's all" ("what else? nah, I'm good"
+#: ends on the answer). Requests put as a question ("can you end the call", "could I go now") are
+#: not among these.
+_QUESTION = re.compile(r"^(?:(?:um|uh|so|and|oh|well|but|okay|ok)\s+)?"
+                       r"(?:(?:what|whats|when|where|who|whos|why|which)|"
+                       r"how\s+(?:late|long|early|soon|much|many|far|often|come|about|do|does|did|can|could|"
+                       r"will|would|is|are|am|was|were|have|has|hows)|"
+                       r"(?:am|are|is|was|were|do|does|did|will|would|have|has)\s+"
+                       r"(?:i|you|we|they|it|there|anyone|anybody|someone|somebody|my|your|the)|"
+                       r"can\s+(?:anyone|anybody|someone|somebody)\s+be)\s+\w")
 
 PART_MIN_WORDS = 3
 """Least words of a part of the transcript ("what do I have") matched on its own when the whole
@@ -322,6 +339,13 @@ def _content_tokens(tokens: Sequence[str]) -> list[str]:
     return content if content else list(tokens)
 
 
+def _ends_on_a_question(text: str) -> bool:
+    """Is the last part of *text* (after its last comma or sentence mark) a question about
+    something (:data:`_QUESTION`)?"""
+    parts = [p.strip() for p in _PARTS.split(re.sub(r"['\u2019]", "", text.lower())) if p.strip()]
+    return bool(parts) and _QUESTION.match(parts[-1]) is not None
+
+
 def _has_content_word(text: str) -> bool:
     """True when *text* has a word that is not a stop word."""
     return any(t not in STOP_WORDS for t in normalize(text))
@@ -458,6 +482,8 @@ class IntentMatcher:
                 match = lexical
         match = match or self._match_by_meaning(meaning)
         if match is not None and match.name in self._routed and self._names_a_topic_only(transcript):
+            return None
+        if match is not None and match.name in self._closings and _ends_on_a_question(transcript):
             return None
         return match
 

@@ -342,3 +342,28 @@ def test_what_a_call_is_about_asks_for_no_person(menu: IntentMatcher, transcript
 def test_a_person_asked_for_about_a_topic_is_still_a_person(menu: IntentMatcher, transcript: str) -> None:
     match = menu.match(transcript)
     assert match is not None and match.name == "agent", match
+
+
+@pytest.mark.parametrize("transcript", ["what am i doing", "am i running", "do you do me things at all",
+                                        "um, what's my care kicking up"])
+def test_a_question_is_no_goodbye(menu: IntentMatcher, transcript: str) -> None:
+    """Words that end on a question about something ("what am I doing", misheard) do not end the
+    call, however near "I'm hanging up" or "that's all" they come in meaning or in sound."""
+    match = menu.match(transcript)
+    assert match is None or match.name != "goodbye", match
+
+
+@pytest.mark.parametrize("transcript", ["could i go now", "can you end the call", "are you still there? bye",
+                                        "ok i'll hang up now"])
+def test_a_goodbye_put_as_a_question_or_after_one_still_ends(menu: IntentMatcher, transcript: str) -> None:
+    """A request to end put as a question, or a goodbye after a question, is still a goodbye."""
+    match = menu.match(transcript)
+    assert match is not None and match.name == "goodbye", match
+
+
+def test_a_question_answered_in_the_same_breath_is_the_answer(encoder: WordLlamaEncoder) -> None:
+    """"what else? nah, I'm good" ends on the answer: nothing else."""
+    matcher = IntentMatcher({"nothing_else": ["no", "no thank you", "nothing else", "that is all"],
+                             "something_else": ["yes", "something else"]}, encoder=encoder)
+    match = matcher.match("what else, nah i'm good")
+    assert match is not None and match.name == "nothing_else", match
