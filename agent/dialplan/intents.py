@@ -43,6 +43,10 @@ background requests that no intent covers. :meth:`IntentMatcher.match` then deci
 * a match to a request for a person, short of a sure one, stands only when the words name someone
   to talk to, or do not just say what the call is about ("I'd like to talk about investing", "I'm calling
   about a loan": :data:`PERSON_WORDS`);
+* when nothing matches and the words ask to be put through to someone ("send me to whoever handles
+  complaints", "just someone from the bank": :func:`_asks_for_someone`), the request for a person
+  nearest in meaning, if near enough, whatever the background (what the person is for may be a
+  request no intent covers);
 * a match to an ending (goodbye, nothing more), short of a sure one, stands only when the words do
   not end on a question about something ("what am I doing", "will anyone be in tomorrow":
   :data:`_QUESTION`; "could I go now" is a request, and "what else? nah, I'm good" ends on the
@@ -144,6 +148,13 @@ _QUESTION = re.compile(r"^(?:(?:um|uh|so|and|oh|well|but|okay|ok)\s+)?"
                        r"(?:am|are|is|was|were|do|does|did|will|would|have|has)\s+"
                        r"(?:i|you|we|they|it|there|anyone|anybody|someone|somebody|my|your|the)|"
                        r"can\s+(?:anyone|anybody|someone|somebody)\s+be)\s+\w")
+
+#: a word for the person a caller asks to be put through to, and the verbs of asking for one
+_SOMEONE = PERSON_WORDS - {"people", "live", "real", "service", "support", "team", "desk", "member"} | {"whoever"}
+_ASK_FOR = frozenset("""
+    put send connect transfer transferred get give need want speak talk chat reach pass hand patch forward
+    route just
+    """.split())
 
 PART_MIN_WORDS = 3
 """Least words of a part of the transcript ("what do I have") matched on its own when the whole
@@ -339,6 +350,17 @@ def _content_tokens(tokens: Sequence[str]) -> list[str]:
     return content if content else list(tokens)
 
 
+def _asks_for_someone(text: str) -> bool:
+    """Do the words ask to be put through to someone: a word for a person (:data:`PERSON_WORDS`,
+    "whoever") right after, or up to two words after, a verb of asking for one ("put me through
+    to someone", "send me to whoever", "just someone from the bank", "I need a real person")?"""
+    words = normalize(text)
+    for i, word in enumerate(words):
+        if word in _SOMEONE and any(w in _ASK_FOR for w in words[max(0, i - 3):i]):
+            return True
+    return False
+
+
 def _ends_on_a_question(text: str) -> bool:
     """Is the last part of *text* (after its last comma or sentence mark) a question about
     something (:data:`_QUESTION`)?"""
@@ -481,6 +503,10 @@ class IntentMatcher:
             ):
                 match = lexical
         match = match or self._match_by_meaning(meaning)
+        if match is None and self._routed and _asks_for_someone(transcript):
+            # "send me to whoever handles complaints": what the person is for may be a request no
+            # intent covers (the background), but the caller asks to be put through.
+            match = self._match_by_meaning(meaning, routed_only=True)
         if match is not None and match.name in self._routed and self._names_a_topic_only(transcript):
             return None
         if match is not None and match.name in self._closings and _ends_on_a_question(transcript):
@@ -494,17 +520,21 @@ class IntentMatcher:
         words = normalize(transcript)
         return _TOPIC.search(" ".join(words)) is not None and not PERSON_WORDS.intersection(words)
 
-    def _match_by_meaning(self, meaning: SemanticScores) -> IntentMatch | None:
+    def _match_by_meaning(self, meaning: SemanticScores, routed_only: bool = False) -> IntentMatch | None:
+        """The intent nearest in meaning, if near enough, ahead of the runner-up and not beaten by a
+        background request; with *routed_only*, the request for a person nearest in meaning, if
+        near enough, whatever the other intents and the background (the words asked for someone)."""
         order = {name: i for i, name in enumerate(self.intent_names)}
         ranked = sorted(meaning.by_intent.items(), key=lambda item: (-item[1], order[item[0]]))
+        if routed_only:
+            ranked = [item for item in ranked if item[0] in self._routed]
         name, cosine = ranked[0]
         runner_up = ranked[1][1] if len(ranked) > 1 else -1.0
         floor = self._min_cosine
-        if (
-            cosine < floor
-            or cosine - runner_up < SEMANTIC_MIN_MARGIN
+        if cosine < floor or (not routed_only and (
+            cosine - runner_up < SEMANTIC_MIN_MARGIN
             or meaning.background - cosine > BACKGROUND_MARGIN_COSINE
-        ):
+        )):
             return None
         strength = min(1.0, (cosine - floor) / (1.0 - floor))
         score = SEMANTIC_SCORE_FLOOR + (SEMANTIC_SCORE_CEILING - SEMANTIC_SCORE_FLOOR) * strength

@@ -367,3 +367,19 @@ def test_a_question_answered_in_the_same_breath_is_the_answer(encoder: WordLlama
                              "something_else": ["yes", "something else"]}, encoder=encoder)
     match = matcher.match("what else, nah i'm good")
     assert match is not None and match.name == "nothing_else", match
+
+
+@pytest.mark.parametrize("transcript", ["send me to whoever handles complaints", "please, just someone from the bank",
+                                        "i need someone to help me with a stolen card"])
+def test_asked_for_someone_whatever_they_are_for(menu: IntentMatcher, transcript: str) -> None:
+    """A caller who asks to be put through to someone reaches the request for a person, also when
+    what the person is for is a request no intent covers (complaints, a stolen card)."""
+    match = menu.match(transcript)
+    assert match is not None and match.name == "agent", match
+
+
+@pytest.mark.parametrize("transcript", ["someone stole my card", "I want to make a complaint"])
+def test_someone_in_a_request_no_intent_covers_is_not_a_transfer(menu: IntentMatcher, transcript: str) -> None:
+    """A person named without being asked for ("someone stole my card") is no request for one."""
+    match = menu.match(transcript)
+    assert match is None or match.name != "agent", match
