@@ -352,7 +352,7 @@ def _content_tokens(tokens: Sequence[str]) -> list[str]:
 
 def _asks_for_someone(text: str) -> bool:
     """Do the words ask to be put through to someone: a word for a person (:data:`PERSON_WORDS`,
-    "whoever") right after, or up to two words after, a verb of asking for one ("put me through
+    "whoever") at most three words after a verb of asking for one ("put me through
     to someone", "send me to whoever", "just someone from the bank", "I need a real person")?"""
     words = normalize(text)
     for i, word in enumerate(words):
