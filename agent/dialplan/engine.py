@@ -39,7 +39,9 @@ from agent.dialplan.runner import (
     ENDED, IDLE, LISTENING, MAX_STEPS_PER_EVENT, MAX_SUBFLOW_DEPTH, MODEL, RECORDING,
     TRANSFERRING, WEBHOOK, FlowRunner, dtmf_flag,
 )
-from agent.dialplan.slots import is_bare_no, is_bare_yes, is_murmur, parse_slot, parse_yes_no, slot_phrases
+from agent.dialplan.slots import (
+    is_bare_no, is_bare_yes, is_murmur, parse_slot, parse_yes_no, says_yes_outright, slot_phrases, without_yes,
+)
 from agent.dialplan.variables import call_variables
 
 __all__ = [
@@ -590,6 +592,21 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
             # ends the call only when said again (a backchannel can be heard as "ok"): the
             # question is asked again.
             reply = None
+        if reply == "yes" and text is not None and not is_bare_yes(text):
+            rest = understand(ask, without_yes(text), self._local_now().date())
+            if rest is not None and (rest.match is None or intent_named(ask, rest.match).goto != question.target):
+                # "yeah hi, what's the damage on my checking", "sure, it's two zero one nine":
+                # the words besides the yes answer the ask, not the question
+                self._question = None
+                self._record("answer", text="other")
+                return self._heard(ask, text, confidence)
+        opened = reply == "yes" and text is not None and not says_yes_outright(text)
+        if opened:
+            # "right, I'll let you get on", "okay, I'll call back later": a word that opens a
+            # sentence, or a yes word inside one ("I want to make sure ..."), says no yes to
+            # ending or transferring the call; what the sentence asks is heard below ("okay, get
+            # me someone" asks for what was offered: a yes).
+            reply = None
         if question.kind == OFFER and text is not None:
             # "I need a person, not a machine" accepts the offer, whatever its "not" says; only
             # in the dialplan's words and heard clearly: a misheard answer must not put the caller through.
@@ -607,7 +624,7 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
                 # An answer to the ask instead: asking for the same thing again, in its own words, is a yes.
                 intent = intent_named(ask, match)
                 if intent.goto == question.target:
-                    if said_in_words(ask, text, match.name) and (question.kind != OFFER or heard_clearly):
+                    if (said_in_words(ask, text, match.name) or opened) and (question.kind != OFFER or heard_clearly):
                         reply = "yes"
                 else:
                     self._question = None

@@ -89,6 +89,9 @@ _YES = frozenset(
     "certainly indeed exactly confirm confirmed".split()
 )
 _NO = frozenset("no nope nah negative incorrect wrong not cancel never".split())
+#: yes words that also open a sentence without saying yes ("right, I'll let you get on", "okay, I'll
+#: call back later", "alright, what about my balance")
+_DISCOURSE_YES = frozenset("right alright ok okay indeed exactly confirm confirmed".split())
 
 
 def _tokens(text: str) -> list[str]:
@@ -193,9 +196,15 @@ YES_COMPANIONS = frozenset("then great good fine perfect cool lovely sounds wond
                            "awesome".split())
 """Words that come with a plain yes and say no more ("okay great", "yeah, sounds good", "alright then")."""
 
-_BARE_ANSWER_WORDS = frozenset("please thanks thank you um uh oh well all i do would that thats is it go ahead "
-                               "of course sir maam".split()) | YES_COMPANIONS
-"""Words a plain yes or no comes with ("all right", "yes I do", "yes please, go ahead", "no thank you")."""
+_BARE_ANSWER_WORDS = frozenset("please thanks um uh oh well sir maam".split()) | YES_COMPANIONS
+"""Words a plain yes or no comes with ("yes please", "no thanks", "okay great")."""
+
+_BARE_ANSWER_PHRASES = re.compile(r"\b(?:thank you|i do|i would|i am|that is it|thats it|thats all|"
+                                  r"that is all|go ahead|of course|it is|that is|thats|thats right|thats correct|that would|"
+                                  r"that works|it does|i have|i can|we do|we can|do it)\b")
+"""Phrases a plain yes or no comes with ("all right", "yes I do", "yes please, go ahead", "no thank
+you", "sure, that's fine"). Their words count only in them: "right i all" (a misheard "right, I'll
+let you get on") is no bare yes."""
 
 #: a final "by" after these is a goodbye the recogniser wrote as "by" ("another time, by", "thanks by")
 BEFORE_A_FINAL_BYE = frozenset("thanks you time day later now then okay ok alright right bye cheers soon care "
@@ -209,8 +218,29 @@ def bye_spelt_by(words: Sequence[str]) -> bool:
 
 
 def _is_bare(text: str, answer: frozenset[str]) -> bool:
-    tokens = _tokens(text)
+    tokens = _BARE_ANSWER_PHRASES.sub(" ", " ".join(_tokens(text)).replace("all right", "alright")).split()
     return any(t in answer for t in tokens) and all(t in answer or t in _BARE_ANSWER_WORDS for t in tokens)
+
+
+def without_yes(text: str) -> str:
+    """*text* without its yes words and the words a plain yes comes with ("yeah hi, what's my
+    balance" is "hi whats my balance")."""
+    return " ".join(t for t in _BARE_ANSWER_PHRASES.sub(" ", " ".join(_tokens(text))).split()
+                    if t not in _YES and t not in _BARE_ANSWER_WORDS)
+
+
+#: sounds and words that may come before or after the yes of an answer ("um, yes", "actually yeah")
+_AROUND_AN_ANSWER = frozenset("um uh uhm er oh well actually so hmm ah".split())
+
+
+def says_yes_outright(text: str) -> bool:
+    """Does *text* say yes whatever else it says: a bare yes, or a sentence that starts or ends with
+    a yes word that does not also open sentences ("yes I'd like that", "sure, put me through",
+    "there is, yeah"; not "right, I'll let you get on", nor the "sure" of "I want to make sure")?"""
+    if is_bare_yes(text):
+        return True
+    tokens = [t for t in _tokens(text) if t not in _AROUND_AN_ANSWER]
+    return any(t in _YES and t not in _DISCOURSE_YES for t in tokens[:1] + tokens[-1:])
 
 
 def is_bare_yes(text: str) -> bool:

@@ -264,6 +264,47 @@ def test_a_yes_word_in_an_unclear_sentence_does_not_accept_the_offer() -> None:
             assert isinstance(session.on_transcript("yes", confidence=0.9)[-1], Transfer)
 
 
+def test_a_word_that_opens_a_sentence_is_no_yes_to_the_offer() -> None:
+    """"right, I'll let you get on" (a caller leaving) heard clearly does not accept the offer of a
+    person: "right" opens the sentence; "sure, put me through" and a bare "right" do."""
+    for reply, transfers in [("right, i'll let you get on", False), ("okay i'll call back another time", False),
+                             ("sure, put me through", True), ("right", True), ("all right then", True)]:
+        session = call()
+        session.on_transcript("purple", confidence=0.9)
+        session.on_transcript("elephants", confidence=0.9)
+        actions = session.on_transcript(reply, confidence=0.9)
+        assert isinstance(actions[-1], Transfer) == transfers, (reply, actions)
+
+
+def test_a_yes_word_inside_a_sentence_or_before_another_request_is_no_yes_to_the_offer() -> None:
+    """"I want to make sure ..." says no yes; "yeah hi, check my balance" answers the ask: the
+    balance, not a transfer; "there is, yeah" and "um, yes please" still say yes."""
+    for reply, transfers, said in [("i want to make sure i can cover the loan", False, None),
+                                   ("yeah hi, check my balance", False, "You have ten dollars."),
+                                   ("um, yes please", True, None), ("i would, yeah", True, None)]:
+        session = call()
+        session.on_transcript("purple", confidence=0.9)
+        session.on_transcript("elephants", confidence=0.9)
+        actions = session.on_transcript(reply, confidence=0.9)
+        assert isinstance(actions[-1], Transfer) == transfers, (reply, actions)
+        assert said is None or said in says(actions), (reply, actions)
+
+
+def test_a_yes_with_the_request_confirmed_still_ends_the_call() -> None:
+    """"yes, bye bye" to "Do you want to end the call?" ends it: what follows the yes is the request asked about."""
+    session = call()
+    session.on_transcript("goodbye", confidence=0.3)
+    assert session.on_transcript("yes, bye bye", confidence=0.9)[-1] == Hangup("caller_done")
+
+
+def test_a_word_that_opens_a_sentence_is_no_yes_to_ending_the_call() -> None:
+    """"okay, what about my balance" to "Do you want to end the call?" is the balance, not a yes."""
+    session = call()
+    session.on_transcript("goodbye", confidence=0.3)
+    actions = session.on_transcript("okay, what about my balance", confidence=0.9)
+    assert not session.ended and "You have ten dollars." in says(actions), actions
+
+
 def test_an_unclear_yes_in_a_sentence_does_not_end_the_call() -> None:
     """The same for the question before ending the call."""
     session = call()
