@@ -199,9 +199,8 @@ YES_COMPANIONS = frozenset("then great good fine perfect cool lovely sounds wond
 _BARE_ANSWER_WORDS = frozenset("please thanks um uh oh well sir maam".split()) | YES_COMPANIONS
 """Words a plain yes or no comes with ("yes please", "no thanks", "okay great")."""
 
-_BARE_ANSWER_PHRASES = re.compile(r"\b(?:thank you|i do|i would|i am|that is it|thats it|thats all|"
-                                  r"that is all|go ahead|of course|it is|that is|thats|thats right|thats correct|that would|"
-                                  r"that works|it does|i have|i can|we do|we can|do it)\b")
+_BARE_ANSWER_PHRASES = re.compile(r"\b(?:thank you|i do|i would|that is it|thats it|thats all|that is all|"
+                                  r"go ahead|of course|it is|that is|thats|that would)\b")
 """Phrases a plain yes or no comes with ("all right", "yes I do", "yes please, go ahead", "no thank
 you", "sure, that's fine"). Their words count only in them: "right i all" (a misheard "right, I'll
 let you get on") is no bare yes."""

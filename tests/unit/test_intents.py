@@ -301,7 +301,7 @@ def test_parse_yes_no_lets_negation_win(text: str, answer: str | None) -> None:
      ("okay great", True), ("yeah, sounds good", True), ("alright then", True), ("sure, that's fine", True),
      ("I want- yes, I had another thing", False), ("yes but not now", False), ("maybe", False), ("please", False),
      ("great", False), ("okay great, and what about my balance", False), ("right i all", False),
-     ("i all yes", False), ("yes that is it", True)],
+     ("i all yes", False), ("yes that is it", True), ("yep i have", False)],
 )
 def test_a_bare_yes_is_a_yes_and_nothing_else(text: str, bare: bool) -> None:
     """A yes with only the words a plain yes comes with, not a yes word inside another sentence."""
