@@ -594,9 +594,12 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
             reply = None
         if reply == "yes" and text is not None and not is_bare_yes(text):
             rest = understand(ask, without_yes(text), self._local_now().date())
-            if rest is not None and (rest.match is None or intent_named(ask, rest.match).goto != question.target):
+            free_text = ask.slot is not None and ask.slot.type == "text"
+            if rest is not None and (intent_named(ask, rest.match).goto != question.target if rest.match is not None
+                                     else not free_text):
                 # "yeah hi, what's the damage on my checking", "sure, it's two zero one nine":
-                # the words besides the yes answer the ask, not the question
+                # the words besides the yes answer the ask, not the question (any words would
+                # fill a free-text slot: there only an intent counts)
                 self._question = None
                 self._record("answer", text="other")
                 return self._heard(ask, text, confidence)

@@ -408,3 +408,14 @@ def test_at_a_question_a_bare_yes_or_no_is_the_answer_the_end_of_turn_may_take()
     assert session.peek_intent("nope, thanks").name == "no"
     assert session.peek_intent("yes and my balance") is None
     assert session.peek_intent("um") is None
+
+
+def test_a_yes_with_words_at_a_free_text_ask_still_answers_the_question() -> None:
+    """At an ask that takes free text, any words would fill its slot: "yes please, do it" to
+    "Do you want to end the call?" ends the call, it is not taken as the text."""
+    session = call(PLAN.replace('''          intents:
+            balance: {examples: ["balance", "check my balance"], dtmf: "1", goto: balance}''', '''          slot: {name: question, type: text}
+          intents:
+            balance: {examples: ["balance", "check my balance"], dtmf: "1", goto: balance}'''))
+    session.on_transcript("goodbye", confidence=0.3)
+    assert session.on_transcript("yes please, do it", confidence=0.9)[-1] == Hangup("caller_done")
