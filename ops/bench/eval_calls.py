@@ -33,12 +33,15 @@ from media.latency import INTERRUPTION, OVER_SPEECH_KINDS, ItemOutcome, percenti
 #: items over the greeting and menu prompt (ms after the answer), then the interruption
 OVER_PROMPT_AT_MS = (3000, 6500, 8500, 13000)
 INTERRUPTION_AT_MS = 15000
-#: with the prompts' audio known (``prompt_audio``), the interruption's voice starts inside a
-#: voiced stretch of the opening prompts at least this long (a comma's pause is not talking) ...
-INTERRUPT_MIN_STRETCH_MS = 900
-#: ... this far into it: the items over the prompt before it hold it back by up to ~150 ms
-INTERRUPT_INTO_STRETCH = 0.4
-#: ... and at least this long after the last item over the prompt
+#: with the prompts' audio known (``prompt_audio``), the interruption's voice starts in the middle
+#: of a run of voiced 20 ms frames of the opening prompts at least this long, with no quiet frame
+#: in it: a voice that starts in the prompt's pause between two words or phrases meets a line that
+#: is silent already, and the items over the prompt before it hold the prompt back by ~100 ms ...
+INTERRUPT_MIN_STRETCH_MS = 250
+INTERRUPT_INTO_STRETCH = 0.5
+#: ... that ends this long before the prompts do (a stop that comes late is then still seen) ...
+INTERRUPT_MIN_TALK_AFTER_MS = 500
+#: ... and starts at least this long after the last item over the prompt
 INTERRUPT_AFTER_ITEM_MS = 1500
 #: the line's first audio comes this long after the ACK (wire, demo line)
 LINE_AUDIO_AT_MS = 200
@@ -180,18 +183,22 @@ PromptAudio = Callable[[str, str], tuple[int, Sequence[tuple[int, int]]]]
 def interruption_onset_ms(actions: Sequence[Action], prompt_audio: PromptAudio, not_before_ms: int) -> int | None:
     """Where an interruption's voice starts over the line's opening prompts (ms after the ACK):
     INTERRUPT_INTO_STRETCH into the last voiced stretch of at least INTERRUPT_MIN_STRETCH_MS that
-    starts after *not_before_ms*; None if there is none. The prompts are laid back to back from
-    LINE_AUDIO_AT_MS, as the line plays them (trimmed, one after the other)."""
-    at, best = LINE_AUDIO_AT_MS, None
+    starts after *not_before_ms* and ends INTERRUPT_MIN_TALK_AFTER_MS or more before the prompts
+    do; None if there is none. The prompts are laid back to back from LINE_AUDIO_AT_MS, as the
+    line plays them (trimmed, one after the other)."""
+    at, spans = LINE_AUDIO_AT_MS, []
     for a in actions:
         if not isinstance(a, Say):
             continue
         length, stretches = prompt_audio(a.text, a.voice)
-        for s0, s1 in stretches:
-            if s1 - s0 >= INTERRUPT_MIN_STRETCH_MS and at + s0 >= not_before_ms:
-                best = at + s0 + int(INTERRUPT_INTO_STRETCH * (s1 - s0))
+        spans += [(at + s0, at + s1) for s0, s1 in stretches]
         at += length
-    return best
+    fits = [(s0, s1) for s0, s1 in spans if s1 - s0 >= INTERRUPT_MIN_STRETCH_MS and s0 >= not_before_ms
+            and s1 <= at - INTERRUPT_MIN_TALK_AFTER_MS]
+    if not fits:
+        return None
+    s0, s1 = fits[-1]
+    return s0 + int(INTERRUPT_INTO_STRETCH * (s1 - s0))
 
 
 def _listen(actions: Sequence[Action]) -> Listen | None:

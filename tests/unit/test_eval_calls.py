@@ -99,9 +99,9 @@ def fake_prompt_audio(text: str, voice: str) -> tuple[int, list[tuple[int, int]]
 
 
 def test_the_interruption_starts_inside_a_long_voiced_stretch_of_the_menu_after_the_items_over_it():
-    """With the prompts' audio known, the interruption's voice starts 40 % into the last stretch
-    of at least 900 ms of the opening prompts, never in a pause between phrases, and after the
-    items over the prompt; those all come before it."""
+    """With the prompts' audio known, the interruption's voice starts in the middle of the last
+    long enough voiced stretch of the opening prompts that leaves the prompts talking after it,
+    never in a pause between phrases, and after the items over the prompt; those all come before it."""
     session = DialogueSession(DEMO, "main", {})
     actions = session.start()
     onset = ec.interruption_onset_ms(actions, fake_prompt_audio, max(ec.OVER_PROMPT_AT_MS) + ec.INTERRUPT_AFTER_ITEM_MS)
@@ -116,7 +116,9 @@ def test_the_interruption_starts_inside_a_long_voiced_stretch_of_the_menu_after_
     assert len(inside) == 1
     s0, s1 = inside[0]
     assert s1 - s0 >= ec.INTERRUPT_MIN_STRETCH_MS and onset == s0 + int(ec.INTERRUPT_INTO_STRETCH * (s1 - s0))
-    assert not [s for s in spans if s[0] > s0 and s[1] - s[0] >= ec.INTERRUPT_MIN_STRETCH_MS]
+    assert s1 <= at - ec.INTERRUPT_MIN_TALK_AFTER_MS
+    assert not [s for s in spans if s[0] > s0 and s[1] - s[0] >= ec.INTERRUPT_MIN_STRETCH_MS
+                and s[1] <= at - ec.INTERRUPT_MIN_TALK_AFTER_MS]
     steps = ec.plan_eval_call(corpus(), random.Random(2), 3, DialogueSession(DEMO, "main", {}),
                               ec.intent_examples(DEMO, "main"), prompt_ms, prompt_audio=fake_prompt_audio)
     first = next(s for s in steps if s.file.kind == INTERRUPTION)
