@@ -124,8 +124,15 @@ def voiced_intervals_ms(ulaw: bytes, *, frame_ms: int = 20, voiced_dbfs: float =
     so frame *k* is packet *k*; an interval runs from its first voiced frame's
     start to its last voiced frame's end. Gaps up to *merge_gap_ms* are merged.
     """
+    return voiced_pcm_intervals_ms(ulaw_to_pcm16(ulaw), 8000, frame_ms=frame_ms, voiced_dbfs=voiced_dbfs,
+                                   merge_gap_ms=merge_gap_ms)
+
+
+def voiced_pcm_intervals_ms(pcm: bytes, rate_hz: int, *, frame_ms: int = 20, voiced_dbfs: float = VOICED_DBFS,
+                            merge_gap_ms: float = 0.0) -> list[tuple[int, int]]:
+    """:func:`voiced_intervals_ms` of pcm16 audio at *rate_hz*."""
     out: list[tuple[int, int]] = []
-    for k, voiced in enumerate(voiced_frames(ulaw, frame_ms, voiced_dbfs)):
+    for k, voiced in enumerate(voiced_pcm_frames(pcm, rate_hz, frame_ms, voiced_dbfs)):
         if not voiced:
             continue
         start, end = k * frame_ms, (k + 1) * frame_ms

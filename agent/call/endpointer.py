@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
 from agent.call.completeness import (ACKNOWLEDGEMENTS, HESITATIONS, Completeness, alternatives, completeness,
-                                     ends_in_digits, is_acknowledgement, is_bare_answer)
-from agent.call.completeness import punctuated_words
+                                     ends_in_digits, is_acknowledgement, is_bare_answer, punctuated_words)
 from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
 

@@ -578,6 +578,19 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
         actions.append(_yes_no_listen(ask))
         return actions
 
+    def _answers_the_ask(self, ask: AskStep, text: str) -> bool:
+        """Do the words besides the yes in *text* answer *ask* rather than the open question: a
+        value for its slot, or an intent that leads elsewhere than the question? (Any words would
+        fill a free-text slot: there only an intent counts.)"""
+        question = self._question
+        assert question is not None
+        rest = understand(ask, without_yes(text), self._local_now().date())
+        if rest is None:
+            return False
+        if rest.match is not None:
+            return intent_named(ask, rest.match).goto != question.target
+        return ask.slot is not None and ask.slot.type != "text"
+
     def _answer_question(
         self, ask: AskStep, reply: str | None, text: str | None, confidence: float | None
     ) -> list[Action]:
@@ -592,17 +605,11 @@ class DialogueSession(ModelToolsMixin, FlowRunner):
             # ends the call only when said again (a backchannel can be heard as "ok"): the
             # question is asked again.
             reply = None
-        if reply == "yes" and text is not None and not is_bare_yes(text):
-            rest = understand(ask, without_yes(text), self._local_now().date())
-            free_text = ask.slot is not None and ask.slot.type == "text"
-            if rest is not None and (intent_named(ask, rest.match).goto != question.target if rest.match is not None
-                                     else not free_text):
-                # "yeah hi, what's the damage on my checking", "sure, it's two zero one nine":
-                # the words besides the yes answer the ask, not the question (any words would
-                # fill a free-text slot: there only an intent counts)
-                self._question = None
-                self._record("answer", text="other")
-                return self._heard(ask, text, confidence)
+        if reply == "yes" and text is not None and not is_bare_yes(text) and self._answers_the_ask(ask, text):
+            # "yeah hi, what's the damage on my checking", "sure, it's two zero one nine"
+            self._question = None
+            self._record("answer", text="other")
+            return self._heard(ask, text, confidence)
         opened = reply == "yes" and text is not None and not says_yes_outright(text)
         if opened:
             # "right, I'll let you get on", "okay, I'll call back later": a word that opens a

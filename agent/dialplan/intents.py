@@ -506,7 +506,7 @@ class IntentMatcher:
         if match is None and self._routed and _asks_for_someone(transcript):
             # "send me to whoever handles complaints": what the person is for may be a request no
             # intent covers (the background), but the caller asks to be put through.
-            match = self._match_by_meaning(meaning, routed_only=True)
+            match = self._nearest_person(meaning)
         if match is not None and match.name in self._routed and self._names_a_topic_only(transcript):
             return None
         if match is not None and match.name in self._closings and _ends_on_a_question(transcript):
@@ -520,21 +520,28 @@ class IntentMatcher:
         words = normalize(transcript)
         return _TOPIC.search(" ".join(words)) is not None and not PERSON_WORDS.intersection(words)
 
-    def _match_by_meaning(self, meaning: SemanticScores, routed_only: bool = False) -> IntentMatch | None:
+    def _match_by_meaning(self, meaning: SemanticScores) -> IntentMatch | None:
         """The intent nearest in meaning, if near enough, ahead of the runner-up and not beaten by a
-        background request; with *routed_only*, the request for a person nearest in meaning, if
-        near enough, whatever the other intents and the background (the words asked for someone)."""
+        background request."""
         order = {name: i for i, name in enumerate(self.intent_names)}
         ranked = sorted(meaning.by_intent.items(), key=lambda item: (-item[1], order[item[0]]))
-        if routed_only:
-            ranked = [item for item in ranked if item[0] in self._routed]
         name, cosine = ranked[0]
         runner_up = ranked[1][1] if len(ranked) > 1 else -1.0
+        if cosine - runner_up < SEMANTIC_MIN_MARGIN or meaning.background - cosine > BACKGROUND_MARGIN_COSINE:
+            return None
+        return self._by_meaning(name, cosine, meaning)
+
+    def _nearest_person(self, meaning: SemanticScores) -> IntentMatch | None:
+        """The request for a person nearest in meaning, if near enough, whatever the other intents
+        and the background (the words asked for someone)."""
+        name = max(self._routed, key=lambda n: (meaning.by_intent[n], -self.intent_names.index(n)))
+        return self._by_meaning(name, meaning.by_intent[name], meaning)
+
+    def _by_meaning(self, name: str, cosine: float, meaning: SemanticScores) -> IntentMatch | None:
+        """*name* matched by meaning at *cosine*: a score between the floor and the ceiling, None
+        under the least cosine or the matcher's threshold."""
         floor = self._min_cosine
-        if cosine < floor or (not routed_only and (
-            cosine - runner_up < SEMANTIC_MIN_MARGIN
-            or meaning.background - cosine > BACKGROUND_MARGIN_COSINE
-        )):
+        if cosine < floor:
             return None
         strength = min(1.0, (cosine - floor) / (1.0 - floor))
         score = SEMANTIC_SCORE_FLOOR + (SEMANTIC_SCORE_CEILING - SEMANTIC_SCORE_FLOOR) * strength

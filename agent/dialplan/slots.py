@@ -216,16 +216,20 @@ def bye_spelt_by(words: Sequence[str]) -> bool:
     return len(words) > 1 and words[-1] == "by" and words[-2] in BEFORE_A_FINAL_BYE
 
 
+def _answer_tokens(text: str) -> list[str]:
+    """*text*'s tokens, "all right" as "alright", without the phrases a plain yes or no comes with."""
+    return _BARE_ANSWER_PHRASES.sub(" ", " ".join(_tokens(text)).replace("all right", "alright")).split()
+
+
 def _is_bare(text: str, answer: frozenset[str]) -> bool:
-    tokens = _BARE_ANSWER_PHRASES.sub(" ", " ".join(_tokens(text)).replace("all right", "alright")).split()
+    tokens = _answer_tokens(text)
     return any(t in answer for t in tokens) and all(t in answer or t in _BARE_ANSWER_WORDS for t in tokens)
 
 
 def without_yes(text: str) -> str:
     """*text* without its yes words and the words a plain yes comes with ("yeah hi, what's my
     balance" is "hi whats my balance")."""
-    return " ".join(t for t in _BARE_ANSWER_PHRASES.sub(" ", " ".join(_tokens(text))).split()
-                    if t not in _YES and t not in _BARE_ANSWER_WORDS)
+    return " ".join(t for t in _answer_tokens(text) if t not in _YES and t not in _BARE_ANSWER_WORDS)
 
 
 #: sounds and words that may come before or after the yes of an answer ("um, yes", "actually yeah")
