@@ -149,6 +149,11 @@ _QUESTION = re.compile(r"^(?:(?:um|uh|so|and|oh|well|but|okay|ok)\s+)?"
                        r"(?:i|you|we|they|it|there|anyone|anybody|someone|somebody|my|your|the)|"
                        r"can\s+(?:anyone|anybody|someone|somebody)\s+be)\s+\w")
 
+#: the asking form of a question after words it does not begin with: an auxiliary, then whom it asks
+#: about ("are you", "is there"; not "was the" or "do it" of "that was the one", "that should do it")
+_ASKING = re.compile(r"(?:am|are|is|was|were|do|does|did|will|would|have|has)\s+"
+                     r"(?:i|you|we|they|there|anyone|anybody|someone|somebody)\s+\w")
+
 #: a word for the person a caller asks to be put through to, and the verbs of asking for one
 _SOMEONE = PERSON_WORDS - {"people", "live", "real", "service", "support", "team", "desk", "member"} | {"whoever"}
 _ASK_FOR = frozenset("""
@@ -365,7 +370,13 @@ def _ends_on_a_question(text: str) -> bool:
     """Is the last part of *text* (after its last comma or sentence mark) a question about
     something (:data:`_QUESTION`)?"""
     parts = [p.strip() for p in _PARTS.split(re.sub(r"['\u2019]", "", text.lower())) if p.strip()]
-    return bool(parts) and _QUESTION.match(parts[-1]) is not None
+    if not parts:
+        return False
+    words = parts[-1].split()
+    # the question may follow a word or two the recogniser made of something else ("that way are
+    # you there tonight" for "how late | are you there tonight"), but only its asking form does
+    return _QUESTION.match(parts[-1]) is not None or any(
+        _ASKING.match(" ".join(words[skip:])) is not None for skip in (1, 2) if len(words) > skip + 2)
 
 
 def _has_content_word(text: str) -> bool:

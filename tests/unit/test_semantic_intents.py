@@ -345,16 +345,19 @@ def test_a_person_asked_for_about_a_topic_is_still_a_person(menu: IntentMatcher,
 
 
 @pytest.mark.parametrize("transcript", ["what am i doing", "am i running", "do you do me things at all",
-                                        "um, what's my care kicking up"])
+                                        "um, what's my care kicking up", "that way are you there tonight",
+                                        "allie are you there tonight"])
 def test_a_question_is_no_goodbye(menu: IntentMatcher, transcript: str) -> None:
     """Words that end on a question about something ("what am I doing", misheard) do not end the
-    call, however near "I'm hanging up" or "that's all" they come in meaning or in sound."""
+    call, however near "I'm hanging up" or "that's all" they come in meaning or in sound; also
+    after a word or two the recogniser made of the question's start ("that way are you there
+    tonight" for "how late | are you there tonight")."""
     match = menu.match(transcript)
     assert match is None or match.name != "goodbye", match
 
 
 @pytest.mark.parametrize("transcript", ["could i go now", "can you end the call", "are you still there? bye",
-                                        "ok i'll hang up now"])
+                                        "ok i'll hang up now", "that should do it for today"])
 def test_a_goodbye_put_as_a_question_or_after_one_still_ends(menu: IntentMatcher, transcript: str) -> None:
     """A request to end put as a question, or a goodbye after a question, is still a goodbye."""
     match = menu.match(transcript)
