@@ -76,6 +76,9 @@ class TurnTaker:
         self.speech_started_at: float | None = None
         self.last_speech_end: float | None = None
         self._endpoint_timer: IDelayedCall | None = None
+        #: when the words read as unfinished: the reply worked out shortly before their long
+        #: silence would end the turn
+        self._ahead_timer: IDelayedCall | None = None
         self._no_input_timer: IDelayedCall | None = None
 
     # -- listening -----------------------------------------------------------------
@@ -163,12 +166,13 @@ class TurnTaker:
         if self._metrics:
             self._metrics.speculations.labels("discarded").inc()
 
-    def _speculate(self, text: str, confidence: float | None = None) -> None:
+    def _speculate(self, text: str, confidence: float | None = None, unfinished: bool = False) -> None:
         """The words so far may end the turn: prepare the reply before the turn is certain.
 
         While the caller speaks, only words that would end the turn after the short silence
         are answered ahead; once they are quiet, any words not left unfinished (the reply to
-        "my card" is ready if the longer silence confirms it)."""
+        "my card" is ready if the longer silence confirms it); and, *unfinished*, words left
+        unfinished too, shortly before their silence ends the turn (:data:`AHEAD_OF_LONG_SILENCE_S`)."""
         spec = self.speculation
         alternatives = self.transcripts.alternatives if text == self.transcripts.text else ()
         if (spec is not None and spec.text == text and spec.confidence == confidence
@@ -178,7 +182,7 @@ class TurnTaker:
             self.drop_speculation()
             return
         worth = (self.endpointer.likely_end(text) if self.caller_speaking
-                 else self.endpointer.words(text) is not Completeness.UNFINISHED)
+                 else unfinished or self.endpointer.words(text) is not Completeness.UNFINISHED)
         if not worth:
             self.drop_speculation()
             return
@@ -217,6 +221,17 @@ class TurnTaker:
             return
         delay = max(0.0, deadline - self._reactor.seconds())
         self._endpoint_timer = self._reactor.callLater(delay, self._poll)
+        text = self.transcripts.text
+        if (delay > AHEAD_OF_LONG_SILENCE_S and text and not self.caller_speaking
+                and (self.speculation is None or self.speculation.text != text)):
+            # words left unfinished ("we can wrap this up by") have no reply worked out while
+            # the caller may go on; if the silence lasts, the turn ends on them all the same
+            self._ahead_timer = self._reactor.callLater(delay - AHEAD_OF_LONG_SILENCE_S, self._speculate_ahead)
+
+    def _speculate_ahead(self) -> None:
+        self._ahead_timer = None
+        if self.listening and not self.caller_speaking:
+            self._speculate(self.transcripts.text, self.transcripts.confidence, unfinished=True)
 
     def _poll(self) -> None:
         self._endpoint_timer = None
@@ -227,6 +242,8 @@ class TurnTaker:
     def _cancel_endpoint_timer(self) -> None:
         timer, self._endpoint_timer = self._endpoint_timer, None
         cancel(timer)
+        ahead, self._ahead_timer = self._ahead_timer, None
+        cancel(ahead)
 
     # -- no input ---------------------------------------------------------------------
     def start_no_input(self, timeout_ms: int) -> None:
@@ -242,3 +259,9 @@ class TurnTaker:
         if not self.listening:
             return
         self._on_no_input()
+
+
+#: how long before a long silence (``continuation_silence_ms``) ends the turn on words left
+#: unfinished the reply to them is worked out: the dialogue's step and a prompt's synthesis take
+#: 10-100 ms of a loaded machine, which the reply would otherwise wait at the turn's end
+AHEAD_OF_LONG_SILENCE_S = 0.2

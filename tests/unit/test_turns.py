@@ -130,15 +130,38 @@ def test_an_unfinished_phrase_is_not_cut_during_a_700_ms_pause_and_prepares_noth
 
 def test_an_unfinished_phrase_ends_after_the_continuation_silence():
     """A caller who stops for good after "I was wondering if" is answered after the
-    continuation silence (1 s here), not left waiting."""
+    continuation silence (1 s here), not left waiting, with a reply worked out 200 ms before it
+    (none before that: the caller may still go on)."""
     h = Harness()
     h.speak(900)
     h.words("i was wondering if")
     h.quiet()
-    h.clock.advance(0.96)
+    h.clock.advance(0.76)
+    assert h.turns.speculation is None and not h.player.streams
+    h.clock.advance(0.02)
+    spec = h.turns.speculation
+    assert spec is not None and spec.text == "i was wondering if" and h.player.streams[0][0] == REPROMPT.text
+    h.clock.advance(0.18)
     assert not h.decisions
     h.clock.advance(0.01)
     assert len(h.decisions) == 1 and h.decisions[0].reason == "continuation"
+    assert h.turns.take_speculation() is spec and spec.answers(h.decisions[0])
+
+
+def test_a_reply_worked_out_ahead_of_the_long_silence_is_dropped_when_the_caller_goes_on():
+    """Words left unfinished get their reply 200 ms before the long silence would end the
+    turn; the caller going on after all cancels it, and the turn ends on the whole sentence."""
+    h = Harness()
+    h.speak(900)
+    h.words("i was wondering if")
+    h.quiet()
+    h.clock.advance(0.85)
+    assert h.turns.speculation is not None
+    h.speak(800)
+    h.words("i was wondering if you could tell me my balance")
+    assert h.player.streams[0][1].cancelled
+    h.quiet()
+    assert [d.text for d in h.decisions] == ["i was wondering if you could tell me my balance"]
 
 
 def test_the_turn_and_the_reply_prepared_ahead_carry_the_other_readings_they_were_decided_on():
