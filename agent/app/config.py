@@ -132,7 +132,7 @@ class SpeechSettings:
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     voice: str = DEFAULT_VOICE
     #: trailing silence (ms) after which the recogniser finalises an utterance
-    stop_history_ms: int = 250
+    stop_history_ms: int = 300
     #: send each call's expected phrases to the recogniser (Riva ``speech_contexts``)
     phrase_hints: bool = True
     #: readings of each recognition result to ask for (Riva ``max_alternatives``, 1-5): words

@@ -63,7 +63,7 @@ class SessionSettings:
     frame_ms: int = 10
     sample_rate_hz: int = SAMPLE_RATE_HZ
     vad: VadConfig = field(default_factory=VadConfig)
-    stop_history_ms: int = 250
+    stop_history_ms: int = 300
     #: send the dialogue's expected phrases as recognition hints
     phrase_hints: bool = True
     #: readings of each recognition result to ask for (1: the likeliest only); words that
