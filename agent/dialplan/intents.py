@@ -141,18 +141,20 @@ PERSON_WORDS = frozenset("""
 #: however near the words come to "I'm leaving now" or "that's all" ("what else? nah, I'm good"
 #: ends on the answer). Requests put as a question ("can you end the call", "could I go now") are
 #: not among these.
+_AUXILIARY = r"(?:am|are|is|was|were|do|does|did|will|would|have|has)"
+_ASKED_ABOUT = r"(?:i|you|we|they|there|anyone|anybody|someone|somebody)"
 _QUESTION = re.compile(r"^(?:(?:um|uh|so|and|oh|well|but|okay|ok)\s+)?"
                        r"(?:(?:what|whats|when|where|who|whos|why|which)|"
                        r"how\s+(?:late|long|early|soon|much|many|far|often|come|about|do|does|did|can|could|"
                        r"will|would|is|are|am|was|were|have|has|hows)|"
-                       r"(?:am|are|is|was|were|do|does|did|will|would|have|has)\s+"
-                       r"(?:i|you|we|they|it|there|anyone|anybody|someone|somebody|my|your|the)|"
+                       rf"{_AUXILIARY}\s+(?:{_ASKED_ABOUT}|it|my|your|the)|"
                        r"can\s+(?:anyone|anybody|someone|somebody)\s+be)\s+\w")
 
-#: the asking form of a question after words it does not begin with: an auxiliary, then whom it asks
-#: about ("are you", "is there"; not "was the" or "do it" of "that was the one", "that should do it")
-_ASKING = re.compile(r"(?:am|are|is|was|were|do|does|did|will|would|have|has)\s+"
-                     r"(?:i|you|we|they|there|anyone|anybody|someone|somebody)\s+\w")
+#: the same asking form after a word or two the recogniser made of the question's start ("that way
+#: are you there tonight" for "how late | are you there tonight"): an auxiliary, then whom it asks
+#: about; not "was the" or "do it" ("that was the one", "that should do it"), which are no questions
+#: from their third word
+_ASKED_AFTER_A_MISHEARD_START = re.compile(rf"^(?:\S+\s+){{1,2}}{_AUXILIARY}\s+{_ASKED_ABOUT}\s+\w")
 
 #: a word for the person a caller asks to be put through to, and the verbs of asking for one
 _SOMEONE = PERSON_WORDS - {"people", "live", "real", "service", "support", "team", "desk", "member"} | {"whoever"}
@@ -368,15 +370,10 @@ def _asks_for_someone(text: str) -> bool:
 
 def _ends_on_a_question(text: str) -> bool:
     """Is the last part of *text* (after its last comma or sentence mark) a question about
-    something (:data:`_QUESTION`)?"""
+    something (:data:`_QUESTION`, :data:`_ASKED_AFTER_A_MISHEARD_START`)?"""
     parts = [p.strip() for p in _PARTS.split(re.sub(r"['\u2019]", "", text.lower())) if p.strip()]
-    if not parts:
-        return False
-    words = parts[-1].split()
-    # the question may follow a word or two the recogniser made of something else ("that way are
-    # you there tonight" for "how late | are you there tonight"), but only its asking form does
-    return _QUESTION.match(parts[-1]) is not None or any(
-        _ASKING.match(" ".join(words[skip:])) is not None for skip in (1, 2) if len(words) > skip + 2)
+    return bool(parts) and (_QUESTION.match(parts[-1]) is not None
+                            or _ASKED_AFTER_A_MISHEARD_START.match(parts[-1]) is not None)
 
 
 def _has_content_word(text: str) -> bool:
