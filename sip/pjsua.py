@@ -685,6 +685,9 @@ class SipStack:
         while self._ports:
             self._ports.pop().unbind()
         self._idle_ports.clear()
+        # What the server froze out of the collector's reach at start (agent/app/serve.py) must be
+        # collectable again: a pjsua2 object left in a frozen cycle would outlive libDestroy().
+        gc.unfreeze()
         gc.collect()
         self._graveyard.clear()
         if self._account is not None:
