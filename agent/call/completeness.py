@@ -80,6 +80,8 @@ _OBJECT_FRONTED_VERBS = frozenset("have has had do does did got need want".split
 _FRONTED = frozenset("what much many all which whatever".split())
 #: a verb of this list followed by an object pronoun still wants more ("tell me", "give me")
 _TWO_OBJECT_VERBS = frozenset("tell give show let get send bring ask".split())
+#: between a subject and its verb ("how much i still have")
+_ADVERBS_BEFORE_A_VERB = frozenset("still actually currently really already just even now".split())
 #: "find out", "figure out", "work out": after "to" ("hoping to find out") their clause is to come
 _OUT_VERBS = frozenset("find figure work sort".split())
 #: said first, a request follows ("i was wondering if", "could you", "is it possible to")
@@ -250,8 +252,11 @@ def _ends_unfinished(ws: list[str]) -> bool:
         return False
     if last == "out" and before in _OUT_VERBS and earlier == "to":
         return True  # "i was hoping to find out", "trying to work out": what, when or if is to come
-    if last in _OBJECT_FRONTED_VERBS and before in SUBJECT_PRONOUNS | {"you"} and _FRONTED & set(ws[:-2]):
-        return False  # "how much i have", "what you did": the object came first
+    subject = earlier if before in _ADVERBS_BEFORE_A_VERB else before
+    if last in _OBJECT_FRONTED_VERBS and subject in SUBJECT_PRONOUNS | {"you"} and _FRONTED & set(ws[:-2]):
+        return False  # "how much i have", "how much money i still have": the object came first
+    if last in NEEDS_OBJECT - _TWO_OBJECT_VERBS | {"ask"} and before == "to" and earlier in _FRONTED_OBJECTS:
+        return False  # "one more thing to ask", "something to check": the object came first
     if last == "no" and (before in FILLERS or before in BARE_ANSWERS):
         return False  # "... i'm alright, um, no", "no no": an answer word, not the determiner of "i have no"
     if last in DETERMINERS | PREPOSITIONS | CONJUNCTIONS | AUXILIARIES | SUBJECT_PRONOUNS | QUESTION_WORDS:
@@ -276,9 +281,34 @@ def _announces_more(core: list[str]) -> bool:
     return before is not None and all(w in DISCOURSE_MARKERS or w in _ANSWER_OPENERS for w in before)
 
 
+#: said after a finished clause, these close it ("right, i'll be off then", "something else
+#: though", "are you open on sundays or no"); after a conjunction or in a condition they do not
+_CLOSING_TAGS = frozenset("then though".split())
+
+
+def _without_closing_tag(ws: list[str]) -> list[str]:
+    """*ws* without a last "then", "though" or "or no" that only closes the clause before it
+    ("so long then", "something unrelated though", "staffed on sundays or no"); not "and then",
+    "if it's shut then", "even though"."""
+    if len(ws) > 2 and ws[-2:] == ["or", "no"]:
+        return ws[:-2]
+    if len(ws) > 1 and ws[-1] in _CLOSING_TAGS and ws[-2] not in CONJUNCTIONS | {"even", "as"} \
+            and not {"if", "when", "unless"} & set(ws[:-1]):
+        return ws[:-1]
+    return ws
+
+
+def ends_with_closing_tag(text: str) -> bool:
+    """Do *text*'s words end with a tag that closes the clause before it (:func:`_without_closing_tag`)?
+    A recogniser also writes "then" for a word inside a sentence ("i want to open then" for "...
+    open | an account"), so the endpointer takes no such words for a request at once."""
+    ws = turn_words(text)
+    return _without_closing_tag(ws) != ws
+
+
 def completeness(text: str) -> Completeness:
     """How finished the words so far are (see the module's docstring)."""
-    ws = turn_words(text)
+    ws = _without_closing_tag(turn_words(text))
     said = " ".join(ws)
     if _ACKNOWLEDGEMENT.match(said) and any(said == a or said.endswith(" " + a) for a in ACKNOWLEDGEMENTS):
         return Completeness.COMPLETE  # "uh huh", "mm hmm", "oh okay", "right right": a whole turn, not "okay um"
@@ -287,10 +317,10 @@ def completeness(text: str) -> Completeness:
         return Completeness.UNFINISHED if ws else Completeness.UNDECIDED
     if _announces_more(core):
         return Completeness.UNFINISHED  # "actually", "yeah, well", "oh, by the way": more is coming
-    answer = core
-    while len(answer) > 1 and answer[0] in _ANSWER_OPENERS:
-        answer = answer[1:]  # "yep, one more"
-    if " ".join(core) in CLOSED_ANSWERS or " ".join(answer) in CLOSED_ANSWERS or all(w in _DIGIT_WORDS for w in ws):
+    answers = [core]
+    while len(answers[-1]) > 1 and answers[-1][0] in _ANSWER_OPENERS:
+        answers.append(answers[-1][1:])  # "yep, one more"; "okay, so long" (not "long")
+    if any(" ".join(a) in CLOSED_ANSWERS for a in answers) or all(w in _DIGIT_WORDS for w in ws):
         return Completeness.COMPLETE if ws[-1] not in FILLERS else Completeness.UNFINISHED
     if ends_with_bye(ws):
         return Completeness.COMPLETE  # "okay great, thank you so much, bye"

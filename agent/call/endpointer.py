@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
 from agent.call.completeness import (ACKNOWLEDGEMENTS, HESITATIONS, Completeness, alternatives, completeness,
-                                     ends_in_digits, is_acknowledgement, is_bare_answer, punctuated_words)
+                                     ends_in_digits, ends_with_closing_tag, is_acknowledgement, is_bare_answer,
+                                     punctuated_words)
 from agent.call.completeness import turn_words as words
 from agent.call.prosody import FALL, ProsodyReading
 
@@ -301,7 +302,8 @@ class TurnEndpointer:
         the text so far)."""
         text = self.text if text is None else text
         words = self.words(text)
-        request = bool(text) and words is not Completeness.UNFINISHED and self._complete(text)
+        request = (bool(text) and words is not Completeness.UNFINISHED and not ends_with_closing_tag(text)
+                   and self._complete(text))
         return TurnEndSignals(words, request, self._prosody_cue())
 
     def likely_end(self, text: str | None = None) -> bool:

@@ -16,6 +16,9 @@ UNFINISHED = [
     "what time does it", "when did it", "do you", "actually", "yeah, actually", "oh, actually", "well", "um, anyway", "also", "oh, by the way", "okay, well",
     # what the caller wants to find out is still to come
     "so I was hoping to find out", "I'm trying to work out", "I need to figure out",
+    # "then" and "though" go on from a conjunction or a condition
+    "and then", "if it's shut then", "I want my balance and then", "even though", "I'd ask but then",
+    "one more thing to", "I need something to tell",
 ]
 COMPLETE = [
     "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
@@ -39,6 +42,10 @@ COMPLETE = [
     "okay great", "sounds good", "alright then",
     # an answer after a discourse marker, and a marker after a request
     "actually, yes", "actually no", "no, that should do it", "I'll do it", "well, no thanks", "i want my balance actually", "actually, one more thing",
+    # a tag that closes the clause before it, and objects that came first
+    "okay, so long then", "right, I'll be off then", "bye then", "yep, something unrelated though",
+    "are you open on sundays or no", "I have one more thing to ask", "how much money I still have",
+    "okay so long",
 ]
 UNDECIDED = ["my card", "my balance", "checking account", "",
              # a long question whose verb the recogniser lost ("is" heard as "in")

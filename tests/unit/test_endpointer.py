@@ -414,6 +414,25 @@ def test_unfinished_words_wait_even_when_an_intent_matches():
     assert d is not None and d.reason == "complete" and d.text.endswith("my account")
 
 
+def test_words_closed_by_a_tag_are_a_finished_sentence_not_a_request_at_once():
+    """ "right, i'll be off then" no longer waits as words that go on ("then" is a conjunction
+    elsewhere), but a recogniser also writes "then" inside a sentence ("i want to open then" for
+    "i want to open | an account"), so an intent its words match does not end it after the short
+    silence: the finished sentence's does."""
+    ep = TurnEndpointer(lambda text: True, EndpointerConfig(complete_silence_ms=60, finished_silence_ms=600,
+                                                            continuation_silence_ms=1000))
+    ep.on_speech_start(ms(0))
+    ep.on_transcript("i want to open then", ms(700))
+    ep.on_speech_end(ms(800), ms(830))
+    assert ep.poll(ms(1300)) is None and ep.next_deadline() == pytest.approx(ms(1400))
+    d = ep.poll(ms(1400))
+    assert d is not None and d.reason == "finished"
+    ep.on_speech_start(ms(2000))
+    ep.on_transcript("and then", ms(2400))
+    ep.on_speech_end(ms(2500), ms(2530))
+    assert ep.next_deadline() == pytest.approx(ms(3500))  # "and then": more is coming
+
+
 def test_a_discourse_marker_alone_waits_for_what_it_announces_even_when_an_intent_matches():
     """ "actually | there's one more thing": a lone "actually", which the sentence encoder may
     put near "something else", is no turn yet; the continuation silence ends it, not the short
