@@ -43,7 +43,8 @@ CONJUNCTIONS = frozenset("and or but so because if then when while whether altho
                          "as nor".split())
 AUXILIARIES = frozenset("am is are was were be been being do does did have has had can could will would "
                         "shall should may might must i'm i'd i'll i've you're you'd you'll we're we'd "
-                        "we'll they're it's that's there's what's gonna wanna gotta don't doesn't didn't can't "
+                        "we'll they're it's that's there's what's where's who's how's when's why's here's "
+                        "gonna wanna gotta don't doesn't didn't can't "
                         "cannot couldn't won't wouldn't shouldn't isn't aren't wasn't weren't haven't hasn't".split())
 SUBJECT_PRONOUNS = frozenset("i we they he she".split())
 #: "you" and "it" end a sentence ("thank you", "i lost it") unless an auxiliary is just before

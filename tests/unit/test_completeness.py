@@ -18,7 +18,7 @@ UNFINISHED = [
     "so I was hoping to find out", "I'm trying to work out", "I need to figure out",
     # "then" and "though" go on from a conjunction or a condition
     "and then", "if it's shut then", "I want my balance and then", "even though", "I'd ask but then",
-    "one more thing to", "I need something to tell",
+    "one more thing to", "I need something to tell", "where's the", "here's my",
 ]
 COMPLETE = [
     "check my balance", "can I get someone on the line", "my card was stolen yesterday", "no", "yes please",
@@ -46,6 +46,8 @@ COMPLETE = [
     "okay, so long then", "right, I'll be off then", "bye then", "yep, something unrelated though",
     "are you open on sundays or no", "I have one more thing to ask", "how much money I still have",
     "okay so long",
+    # a question word's contraction is its verb
+    "where's the nearest ATM", "how's my balance looking",
 ]
 UNDECIDED = ["my card", "my balance", "checking account", "",
              # a long question whose verb the recogniser lost ("is" heard as "in")
