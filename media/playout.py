@@ -199,6 +199,12 @@ class PlayoutBuffer:
         self.resume()
         return True
 
+    def hold_ducked_end(self, hold: bool) -> None:
+        """Whether a segment that runs out while ducked waits at its end (see :meth:`duck`):
+        not when another prompt follows it, which then plays on, ducked, in its place."""
+        with self._lock:
+            self._hold_at_end = hold
+
     def unduck(self, ramp_ms: float = UNDUCK_RAMP_MS) -> None:
         """Bring a ducked prompt back to its own level over *ramp_ms* (and resume it if paused)."""
         self.resume()

@@ -80,6 +80,9 @@ class BargeHooks(Protocol):
     def is_meant(self, text: str) -> bool:
         """Do they make one by meaning (``BargeInConfig.meaning_min_ms``)?"""
 
+    def prompt_follows(self) -> bool:
+        """Is another prompt next after the one playing (not listening, not the call's end)?"""
+
     def interrupt(self, barge: BargeIn) -> None:
         """The caller's voice takes the turn: stop the prompt and listen."""
 
@@ -120,6 +123,18 @@ class BargeController:
     def arm(self, armed: bool) -> None:
         """An interruptible prompt with a Listen after it is (or is no longer) playing."""
         self._media.barge_armed = armed
+        self._playout.hold_ducked_end(self._hold_ducked_end())
+
+    def _hold_ducked_end(self) -> bool:
+        """Does a prompt that runs out while ducked wait at its end for the verdict? Not when
+        another prompt follows: between two of them the wait would be a hole in what the agent
+        says ("Your balance is ... | Is there anything else?" held apart for an "uh huh, okay"
+        until its final words), and the next one plays on, ducked, instead. The last prompt
+        before listening waits, so that the voice is judged before it can be taken for a turn."""
+        return not self._hooks.prompt_follows()
+
+    def _duck(self) -> None:
+        self._playout.duck(hold_at_end=self._hold_ducked_end())
 
     def on_turn_taken(self, speech_end_at: float) -> None:
         """The agent took the caller's turn, whose last voice ended at *speech_end_at*."""
@@ -239,7 +254,7 @@ class BargeController:
         self.false_interruptions -= counted
         if barge.talking_over:
             if not paused:  # still being judged: ducked, and held at its end (check() ducks a paused one)
-                self._playout.duck()
+                self._duck()
             log.info("call {call_id} caller's {text!r} goes on: prompt plays on, ducked", text=barge.text,
                      **self._log_fields)
         else:
@@ -300,7 +315,7 @@ class BargeController:
             # acknowledgement ("oh, is there ...") may be an interruption after all, which the
             # caller must not hear the prompt at its own level over. Back to its level at RESUME.
             self._pause_ended("played_on")
-            self._playout.duck()
+            self._duck()
             log.info("call {call_id} caller's {text!r} is an acknowledgement: prompt plays on, ducked "
                      "while it is said", text=barge.text, **self._log_fields)
         check_in_s = decision.check_in_s
@@ -312,7 +327,7 @@ class BargeController:
             duck_in_s = self._paused_since + self._config.duck_after_ms / 1000.0 - now
             if duck_in_s <= 0.0005:
                 self._pause_ended("ducked")
-                self._playout.duck()
+                self._duck()
                 log.info("call {call_id} caller's voice ({text!r}) still being judged: prompt plays on, ducked",
                          text=barge.text, **self._log_fields)
             elif check_in_s is None or duck_in_s < check_in_s:

@@ -734,6 +734,10 @@ class _BargeHooks:
     def prompt_playing(self) -> bool:
         return isinstance(self._session._current, Say)
 
+    def prompt_follows(self) -> bool:
+        pending = self._session._pending
+        return bool(pending) and isinstance(pending[0], Say)
+
     def caller_speaking(self) -> bool:
         return self._session.turn_taker.caller_speaking
 

@@ -255,7 +255,8 @@ def test_a_backchannel_pauses_the_prompt_which_then_resumes_where_it_stopped():
 
 def test_a_long_voice_without_words_interrupts_after_1200_ms_and_is_then_asked_again():
     """Humming with no words: the prompt is interrupted after 1.2 s; when the turn ends with no
-    words the interrupted prompt is said again instead of a no-match."""
+    words the interrupted prompt is said again instead of a no-match. (The greeting ends under the
+    voice, ducked, and hands over to the menu, which the voice interrupts: the menu is said again.)"""
     h = Harness()
     h.session.start()
     h.tick(40)
@@ -266,7 +267,7 @@ def test_a_long_voice_without_words_interrupts_after_1200_ms_and_is_then_asked_a
     h.tick(100)  # 800 ms of silence ends the empty turn
     h.tick(100)
     said = h.said()
-    assert said[1] == said[0] and said[2].startswith("How can I help you"), said  # greeting and menu again
+    assert said[0].startswith("Thank you") and said[1].startswith("How can I help you") and said[2] == said[1], said
     assert not any(t.startswith("I'm sorry") for t in said)
 
 
@@ -620,6 +621,34 @@ def test_a_pause_in_a_prompts_closing_silence_is_no_hole_in_it(monkeypatch):
         holes.append((pause["hole_ms"], pause["ms"]))
     (closing_hole, _), (words_hole, words_ms) = holes
     assert closing_hole == 0 and words_hole == words_ms
+
+
+def test_a_ducked_prompt_that_ends_under_a_voice_hands_over_to_the_next_prompt_not_a_hole():
+    """ "uh huh, okay" begun 400 ms before the greeting's end: the greeting is ducked 200 ms
+    later and ends under the voice. The menu, which follows it, starts at once, ducked, instead of
+    the greeting waiting at its end until the voice's final words (a 400 ms hole between the two
+    in this script); the menu, the last prompt before listening, would wait at its end."""
+    h = Harness()
+    h.session.start()
+    pl = h.session.playout
+    h.tick(60)
+    started_menu_at = None
+    for i in range(60, 200):
+        h.tick(1, caller=tone_frame() if i < 125 else None)
+        if i == 70:
+            h.asr_interim("uh")
+        if i == 110:
+            h.asr_interim("uh huh okay")
+        if i == 150:
+            assert pl.ducked and not pl.paused   # the menu plays on under the voice, ducked
+        if i == 160:
+            h.asr_final("uh huh okay")
+        if started_menu_at is None and h.said()[-1].startswith("How can I help"):
+            started_menu_at = i
+        assert not (pl.paused and pl.ducked), i  # never held silent between the two
+    assert started_menu_at is not None and started_menu_at <= 120
+    assert not pl.ducked and h.session.barge_ins == 0
+    assert [(p["outcome"], p["ms"]) for p in h.session.record()["prompt_pauses"]] == [("ducked", 200)]
 
 
 def _speak(h: "Harness", text: str, voice: int = 40, quiet: int = 30, confidence: float | None = 0.9,
