@@ -123,7 +123,8 @@ class BargeController:
     def arm(self, armed: bool) -> None:
         """An interruptible prompt with a Listen after it is (or is no longer) playing."""
         self._media.barge_armed = armed
-        self._playout.hold_ducked_end(self._hold_ducked_end())
+        if self.current is not None:  # a voice still being judged: the prompt now playing may be the last
+            self._playout.hold_ducked_end(self._hold_ducked_end())
 
     def _hold_ducked_end(self) -> bool:
         """Does a prompt that runs out while ducked wait at its end for the verdict? Not when

@@ -294,8 +294,8 @@ def _without_closing_tag(ws: list[str]) -> list[str]:
     if len(ws) > 2 and ws[-2:] == ["or", "no"]:
         return ws[:-2]
     if len(ws) > 1 and ws[-1] in _CLOSING_TAGS and ws[-2] not in CONJUNCTIONS | {"even", "as"} \
-            and not {"if", "when", "unless"} & set(ws[:-1]):
-        return ws[:-1]
+            and not {"if", "unless"} & set(ws[:-1]) and "when" not in ws[1:-1]:
+        return ws[:-1]  # (a "when" that opens the sentence asks: "when do you open then")
     return ws
 
 

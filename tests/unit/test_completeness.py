@@ -18,6 +18,7 @@ UNFINISHED = [
     "so I was hoping to find out", "I'm trying to work out", "I need to figure out",
     # "then" and "though" go on from a conjunction or a condition
     "and then", "if it's shut then", "I want my balance and then", "even though", "I'd ask but then",
+    "I'll come by when it's open then",
     "one more thing to", "I need something to tell", "where's the", "here's my",
 ]
 COMPLETE = [
@@ -45,6 +46,7 @@ COMPLETE = [
     # a tag that closes the clause before it, and objects that came first
     "okay, so long then", "right, I'll be off then", "bye then", "yep, something unrelated though",
     "are you open on sundays or no", "I have one more thing to ask", "how much money I still have",
+    "when do you open then",
     "okay so long",
     # a question word's contraction is its verb
     "where's the nearest ATM", "how's my balance looking",
