@@ -243,6 +243,7 @@ class TurnEndpointer:
         self._bare_answer = LatestText(is_bare_answer, False)
         self._one_word = LatestText(lambda text: bool(rests_on_one_word is not None and rests_on_one_word(text)), False)
         self._meant = LatestText(lambda text: bool(is_meant is not None and is_meant(text)), False)
+        self._closed_by_tag = LatestText(ends_with_closing_tag, False)
         self._last_voiced_at = last_voiced_at
         self._prosody = prosody
         self.reset()
@@ -256,7 +257,8 @@ class TurnEndpointer:
         self._speech_start: float | None = None
         self._speech_end: float | None = None  # None while the caller is speaking
         self._speaking = False
-        for answer in (self._words_of, self._complete, self._bare_answer, self._one_word, self._meant):
+        for answer in (self._words_of, self._complete, self._bare_answer, self._one_word, self._meant,
+                       self._closed_by_tag):
             answer.clear()  # the next turn may be at another ask
 
     @property
@@ -302,7 +304,7 @@ class TurnEndpointer:
         the text so far)."""
         text = self.text if text is None else text
         words = self.words(text)
-        request = (bool(text) and words is not Completeness.UNFINISHED and not ends_with_closing_tag(text)
+        request = (bool(text) and words is not Completeness.UNFINISHED and not self._closed_by_tag(text)
                    and self._complete(text))
         return TurnEndSignals(words, request, self._prosody_cue())
 

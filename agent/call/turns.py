@@ -223,7 +223,7 @@ class TurnTaker:
         self._endpoint_timer = self._reactor.callLater(delay, self._poll)
         text = self.transcripts.text
         if (delay > AHEAD_OF_LONG_SILENCE_S and text and not self.caller_speaking
-                and (self.speculation is None or self.speculation.text != text)):
+                and self.endpointer.words(text) is Completeness.UNFINISHED):
             # words left unfinished ("we can wrap this up by") have no reply worked out while
             # the caller may go on; if the silence lasts, the turn ends on them all the same
             self._ahead_timer = self._reactor.callLater(delay - AHEAD_OF_LONG_SILENCE_S, self._speculate_ahead)
