@@ -197,6 +197,28 @@ def test_whispers_words_are_laid_over_the_speech_and_end_with_it() -> None:
     assert len(words[-1].word) > len(words[0].word) and words[-1].end_ms - words[-1].start_ms > words[0].end_ms - words[0].start_ms
 
 
+class SilentDecoder(FakeDecoder):
+    """A decoder that heard no word: no hypothesis and, as pocketsphinx then gives, no segments."""
+
+    def hyp(self):  # noqa: ANN201
+        return None
+
+    def seg(self):  # noqa: ANN201
+        return None
+
+
+def test_whispers_words_stand_where_the_decoder_heard_no_word() -> None:
+    """A stream without hints whose general decoder has no hypothesis: Whisper's words are the
+    final, laid over the whole utterance (the layout once failed on the decoder's missing segments)."""
+    whisper = ScriptedTranscriber("yes please")
+    decoder = OpenSpeechDecoder(SilentDecoder(), whisper, None)
+    events = run(decoder, silence(200) + tone(600) + silence(500))
+    final = next(e for e in events if isinstance(e, FinalHypothesis))
+    assert final.transcript == "yes please"
+    assert [w.word for w in final.words] == ["yes", "please"]
+    assert final.words[0].start_ms >= 0 and final.words[-1].end_ms > final.words[0].start_ms
+
+
 def test_asked_to_punctuate_whispers_words_end_with_a_mark_when_it_is_sure_of_the_sentences_end() -> None:
     """With punctuation asked for, Whisper's words end with a full stop (or the question mark
     it wrote) when its sentence-end probability is at least SENTENCE_END_MIN_PROBABILITY, in the

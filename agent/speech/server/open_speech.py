@@ -238,7 +238,9 @@ class OpenSpeechDecoder:
 
     def _layout(self, words: Sequence[str], confidence: float) -> list[_Seg]:
         """*words* spread over the frames the decoder heard words in (all of them if none)."""
-        spoken = [s for s in self.decoder.seg() if s.word and not s.word.startswith(("<", "[", "++"))]
+        # (pocketsphinx gives no segments, None, when it has no hypothesis: Whisper may still
+        # have heard words, in a stream without hints)
+        spoken = [s for s in self.decoder.seg() or () if s.word and not s.word.startswith(("<", "[", "++"))]
         start = spoken[0].start_frame if spoken else 0
         end = spoken[-1].end_frame if spoken else max(0, self._frames - 1)
         letters = sum(len(w) for w in words) or 1
