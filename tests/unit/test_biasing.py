@@ -14,14 +14,16 @@ from agent.speech.server.biasing import BiasedDecoder, PhraseJudge
 PHRASES = ("check my balance", "what are your opening hours", "talk to an agent", "goodbye")
 
 
-def judge() -> PhraseJudge:
-    sents = phrase_lm.sentences(PHRASES + phrase_lm.CARRIER_PHRASES)
+def judge(phrases: tuple[str, ...] = PHRASES) -> PhraseJudge:
+    sents = phrase_lm.sentences(phrases + phrase_lm.CARRIER_PHRASES + phrase_lm.ACKNOWLEDGEMENTS)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "phrases.arpa")
         with open(path, "w") as f:
             f.write(phrase_lm.build_arpa(sents))
         model = pocketsphinx.NGramModel(pocketsphinx.Config(loglevel="FATAL"), pocketsphinx.LogMath(), path)
-    return PhraseJudge(model, frozenset(w for s in sents for w in s))
+    return PhraseJudge(model, frozenset(w for s in sents for w in s),
+                       phrase_ends=frozenset(p.split()[-1] for p in phrases),
+                       acknowledgements=frozenset(tuple(a) for a in phrase_lm.sentences(phrase_lm.ACKNOWLEDGEMENTS)))
 
 
 def test_the_phrases_and_their_carriers_read_as_the_hints() -> None:
@@ -29,7 +31,20 @@ def test_the_phrases_and_their_carriers_read_as_the_hints() -> None:
     j = judge()
     for text in ("check my balance", "i would like to check my balance", "goodbye", "talk to an agent please"):
         assert j.accepts(text.split(), final=True), text
-    assert j.accepts("what are your".split(), final=False)
+    assert j.reads_as_hints("what are your".split(), final=False)
+
+
+def test_hint_words_left_hanging_on_a_filler_or_function_word_do_not_stand() -> None:
+    """The hint decoder spells speech it cannot match with its fillers and carrier words; words
+    ending on one of those read as the hints but do not stand ("what time do you i" for "... lock
+    up tonight"), unless a phrase of the dialplan ends so or they are an acknowledgement whole."""
+    j = judge(PHRASES + ("what time do you open",))
+    for text in ("what time do you i", "all right i'm ah", "would like to", "could you to an and", "check my balance oh"):
+        assert j.reads_as_hints(text.split(), final=True), text
+        assert j.left_hanging(text.split()) and not j.accepts(text.split(), final=True), text
+    for text in ("uh huh", "all right", "no", "oh", "talk to an agent", "check my balance please"):
+        assert not j.left_hanging(text.split()), text
+    assert not judge(PHRASES + ("put me through to",)).left_hanging("put me through to".split())
 
 
 def test_an_everyday_word_inside_a_phrase_still_reads_as_the_hints() -> None:

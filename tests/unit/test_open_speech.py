@@ -52,6 +52,9 @@ class Judge:
     def accepts(self, words: list[str], final: bool) -> bool:
         return all(w in self.words for w in words)
 
+    def reads_as_hints(self, words: list[str], final: bool) -> bool:
+        return self.accepts(words, final)
+
 
 class WordsDecoder(FakeDecoder):
     """A FakeDecoder saying *text* over the whole utterance."""

@@ -26,6 +26,13 @@ OTHER_WORD_LN_PROB = -6.0
 #: a hinted phrase of two content words or more with at most this many other words reads as the
 #: hints (Whisper need not read the dialplan's requests in the caller's framing: docs/speech.md)
 MAX_WORDS_AROUND_PHRASE = 3
+#: words no dialplan phrase is likely to end with: hesitations and function words. Hint words
+#: that end with one the dialplan's phrases never end with do not read as the hints: the hint
+#: decoder spells what it cannot match with its fillers and carrier words ("what time do you i"
+#: for "... lock up tonight", "talk to with much oh"), and the words read as unfinished, so the
+#: caller waits for the turn's end either way (docs/speech.md, "Hint words left hanging")
+HANGING_WORDS = frozenset({"oh", "ah", "uh", "um", "huh", "mm", "hmm", "er",
+                           "i", "a", "an", "the", "to", "and", "of", "or", "my", "your"})
 #: pocketsphinx's log base (``logbase``): language model scores are in these units
 _LN_LOGBASE = math.log(1.0001)
 _BOS, _EOS = "<s>", "</s>"
@@ -46,6 +53,10 @@ class PhraseJudge:
     #: the hinted phrases of two content words or more ("opening hours", "check my balance"; not
     #: "a human"): a few words around one of them read as the hints ("what are your opening hours")
     phrases: frozenset[tuple[str, ...]] = frozenset()
+    #: the last words of the dialplan's own phrases (a hanging word that ends one is not hanging)
+    phrase_ends: frozenset[str] = frozenset()
+    #: acknowledgements as a whole ("uh huh", "i see"): words that are one hang on nothing
+    acknowledgements: frozenset[tuple[str, ...]] = frozenset()
 
     def mean_ln_prob(self, words: Sequence[str], final: bool) -> float:
         """Mean natural-log probability per word (and end of sentence when *final*)."""
@@ -61,7 +72,18 @@ class PhraseJudge:
         return total / len(targets) if targets else 0.0
 
     def accepts(self, words: Sequence[str], final: bool) -> bool:
+        """Do the hint decoder's *words* stand: they read as the hints and are not left hanging?"""
+        return not self.left_hanging(words) and self.reads_as_hints(words, final)
+
+    def reads_as_hints(self, words: Sequence[str], final: bool) -> bool:
+        """Are *words* (anyone's) likely under the phrases' model, or one of the phrases framed?"""
         return self.mean_ln_prob(words, final) >= self.min_mean_ln_prob or self.holds_phrase(words)
+
+    def left_hanging(self, words: Sequence[str]) -> bool:
+        """Do *words* (two or more) end with one of :data:`HANGING_WORDS` that ends none of the
+        dialplan's phrases, and are they no acknowledgement as a whole?"""
+        return (len(words) >= 2 and words[-1] in HANGING_WORDS and words[-1] not in self.phrase_ends
+                and tuple(words) not in self.acknowledgements)
 
     def holds_phrase(self, words: Sequence[str]) -> bool:
         """Is one of :attr:`phrases` among *words*, with at most

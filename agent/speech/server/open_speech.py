@@ -232,7 +232,8 @@ class OpenSpeechDecoder:
         judge = self._judge
 
         def off_hints(final: bool) -> bool:
-            return bool(heard) and judge is not None and not judge.accepts(heard, final)
+            # (Whisper's words at a dip may stop on any word: only whether they read as the hints counts)
+            return bool(heard) and judge is not None and not judge.reads_as_hints(heard, final)
 
         self._whisper_off_hints = (off_hints(False), off_hints(True))
 
