@@ -72,8 +72,10 @@ class PhraseJudge:
         return total / len(targets) if targets else 0.0
 
     def accepts(self, words: Sequence[str], final: bool) -> bool:
-        """Do the hint decoder's *words* stand: they read as the hints and are not left hanging?"""
-        return not self.left_hanging(words) and self.reads_as_hints(words, final)
+        """Do the hint decoder's *words* stand: they read as the hints and, *final*, are not left
+        hanging? (Before the end the decoder's last word is often still to come: "how much money
+        do i" at the voice's drop; a Whisper run there would hold back the dialplan's phrases.)"""
+        return not (final and self.left_hanging(words)) and self.reads_as_hints(words, final)
 
     def reads_as_hints(self, words: Sequence[str], final: bool) -> bool:
         """Are *words* (anyone's) likely under the phrases' model, or one of the phrases framed?"""
