@@ -27,7 +27,7 @@ OTHER_WORD_LN_PROB = -6.0
 #: hints (Whisper need not read the dialplan's requests in the caller's framing: docs/speech.md)
 MAX_WORDS_AROUND_PHRASE = 3
 #: words no dialplan phrase is likely to end with: hesitations and function words. Hint words
-#: that end with one the dialplan's phrases never end with do not read as the hints: the hint
+#: that end with one the dialplan's phrases never end with do not stand at the end: the hint
 #: decoder spells what it cannot match with its fillers and carrier words ("what time do you i"
 #: for "... lock up tonight", "talk to with much oh"), and the words read as unfinished, so the
 #: caller waits for the turn's end either way (docs/speech.md, "Hint words left hanging")
