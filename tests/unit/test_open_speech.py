@@ -180,42 +180,6 @@ def test_voice_after_the_flush_is_heard_again_at_the_end() -> None:
     assert whisper.calls[1] > whisper.calls[0]
 
 
-class HangingJudge(Judge):
-    """Accepts hypotheses made only of *words*, but not, at the end, one ending on "i"."""
-
-    def accepts(self, words: list[str], final: bool) -> bool:
-        return super().accepts(words, final) and not (final and words[-1] == "i")
-
-
-def test_final_words_turned_down_at_the_end_are_whispers_of_the_whole_utterance() -> None:
-    """At a dip the decoder's words are not the hints and Whisper reads the first part; the voice
-    goes on, and the words read as the hints until the end, where they are left hanging ("what
-    time do you i"): Whisper reads the whole utterance again, its words of the dip do not stand."""
-    whisper = ScriptedTranscriber("what time")   # at the dip: words that read as the hints
-    decoder = OpenSpeechDecoder(ChangingDecoder("salad", "what time do you i"), whisper,
-                                HangingJudge(frozenset("what time do you i".split())))
-    events = []
-
-    def dip_then_on() -> bytes:
-        return silence(200) + tone(400) + silence(120)
-
-    rec = UtteranceRecognizer(decoder, EndpointingParams(stop_history_ms=300), interim_results=True,
-                              word_time_offsets=True, classifier=LevelClassifier())
-    audio = dip_then_on()
-    for i in range(0, len(audio), 320):
-        events += rec.process(audio[i:i + 320])
-    assert len(whisper.calls) == 1   # at the dip, on the salad
-    decoder.decoder.text = "what time do you"   # the words read as the hints from here on
-    whisper.text = "what time do you lock up tonight"
-    audio = tone(300) + silence(500)
-    for i in range(0, len(audio), 320):
-        events += rec.process(audio[i:i + 320])
-    events += rec.finish()
-    finals = [e.transcript for e in events if isinstance(e, FinalHypothesis)]
-    assert finals == ["what time do you lock up tonight"]
-    assert len(whisper.calls) == 2 and whisper.calls[1] > whisper.calls[0]
-
-
 def test_a_stream_without_hints_is_whispers_at_every_checkpoint() -> None:
     whisper = ScriptedTranscriber("what time do you open")
     decoder = OpenSpeechDecoder(WordsDecoder("what time to you often"), whisper, None)

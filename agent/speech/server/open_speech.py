@@ -144,9 +144,7 @@ class OpenSpeechDecoder:
         if self._uses_decoder():
             self.decoder_finals += 1
         else:
-            if self._whisper is None or self._voice_since:
-                # the judge turned the words down only now (a final left hanging), and Whisper's
-                # last words, if any, are of a dip the voice went on from
+            if self._whisper is None:  # the judge turned the words down only now
                 self._run_whisper()
             self.whisper_finals += 1
         if self._punctuate:
