@@ -18,6 +18,9 @@ from typing import Any
 
 import pocketsphinx
 
+from agent.call.completeness import FILLERS
+from agent.speech.server.phrase_lm import ACKNOWLEDGEMENTS, sentences
+
 #: a hint hypothesis whose words average below this log probability (natural log, per word
 #: and end of sentence) under the phrases' own model is open speech
 MIN_MEAN_LN_PROB = -3.5
@@ -31,8 +34,9 @@ MAX_WORDS_AROUND_PHRASE = 3
 #: decoder spells what it cannot match with its fillers and carrier words ("what time do you i"
 #: for "... lock up tonight", "talk to with much oh"), and the words read as unfinished, so the
 #: caller waits for the turn's end either way (docs/speech.md, "Hint words left hanging")
-HANGING_WORDS = frozenset({"oh", "ah", "uh", "um", "huh", "mm", "hmm", "er",
-                           "i", "a", "an", "the", "to", "and", "of", "or", "my", "your"})
+HANGING_WORDS = FILLERS | frozenset({"huh", "i", "a", "an", "the", "to", "and", "of", "or", "my", "your"})
+#: the hint model's acknowledgements as a whole ("uh huh", "i see"): words that are one hang on nothing
+_ACKNOWLEDGEMENTS = frozenset(tuple(a) for a in sentences(ACKNOWLEDGEMENTS))
 #: pocketsphinx's log base (``logbase``): language model scores are in these units
 _LN_LOGBASE = math.log(1.0001)
 _BOS, _EOS = "<s>", "</s>"
@@ -55,8 +59,6 @@ class PhraseJudge:
     phrases: frozenset[tuple[str, ...]] = frozenset()
     #: the last words of the dialplan's own phrases (a hanging word that ends one is not hanging)
     phrase_ends: frozenset[str] = frozenset()
-    #: acknowledgements as a whole ("uh huh", "i see"): words that are one hang on nothing
-    acknowledgements: frozenset[tuple[str, ...]] = frozenset()
 
     def mean_ln_prob(self, words: Sequence[str], final: bool) -> float:
         """Mean natural-log probability per word (and end of sentence when *final*)."""
@@ -85,7 +87,7 @@ class PhraseJudge:
         """Do *words* (two or more) end with one of :data:`HANGING_WORDS` that ends none of the
         dialplan's phrases, and are they no acknowledgement as a whole?"""
         return (len(words) >= 2 and words[-1] in HANGING_WORDS and words[-1] not in self.phrase_ends
-                and tuple(words) not in self.acknowledgements)
+                and tuple(words) not in _ACKNOWLEDGEMENTS)
 
     def holds_phrase(self, words: Sequence[str]) -> bool:
         """Is one of :attr:`phrases` among *words*, with at most

@@ -175,11 +175,9 @@ class HintModels:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(phrase_lm.build_arpa(sents))
             model = pocketsphinx.NGramModel(pocketsphinx.Config(loglevel="FATAL"), pocketsphinx.LogMath(), path)
-        acknowledgements = phrase_lm.sentences(phrase_lm.ACKNOWLEDGEMENTS)
         return PhraseJudge(model, frozenset(w for sent in sents for w in sent),
                            phrases=frozenset(tuple(p) for p in hinted if sum(w not in STOP_WORDS for w in p) >= 2),
-                           phrase_ends=frozenset(p[-1] for p in hinted if p),
-                           acknowledgements=frozenset(tuple(a) for a in acknowledgements))
+                           phrase_ends=frozenset(p[-1] for p in hinted if p))
 
     def _build(self, arpa: str, words: list[str]) -> pocketsphinx.Decoder:
         dictionary = self._dictionary()
