@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.speech.server.open_speech import SENTENCE_END_MIN_CONFIDENCE, OpenSpeechDecoder
+from agent.speech.server.open_speech import MAX_VOICE_WITHOUT_WORDS_MS, SENTENCE_END_MIN_CONFIDENCE, OpenSpeechDecoder
 from agent.speech.server.recognizer import EndpointingParams, FinalHypothesis, InterimHypothesis, UtteranceRecognizer
 from agent.speech.server.whisper import Transcript, cut_repeat, normalise, normalise_with_commas
-from tests.unit.test_recognizer_flush import FakeDecoder, LevelClassifier, silence, tone
+from tests.unit.test_recognizer_flush import FakeDecoder, LevelClassifier, Seg, silence, tone
 
 
 class ScriptedTranscriber:
@@ -169,6 +169,54 @@ def test_hint_words_that_go_on_from_what_whisper_heard_stand_at_the_end() -> Non
         finals = [e for e in run(decoder, audio) if isinstance(e, FinalHypothesis)]
         assert [f.transcript for f in finals] == [want], then
         assert len(whisper.calls) == runs, then
+
+
+class PartlyDeafDecoder(WordsDecoder):
+    """Says *text*, its words over the loud 10 ms frames it was fed, but for the first *deaf_ms*
+    of them, which it spends in silence (a hint decoder that fitted only part of the voice)."""
+
+    def __init__(self, text: str, deaf_ms: int) -> None:
+        super().__init__(text)
+        self.deaf_frames = deaf_ms // 10
+        self.loud: list[bool] = []
+
+    def start_utt(self) -> None:
+        super().start_utt()
+        self.loud = []
+
+    def process_raw(self, audio: bytes, no_search: bool = False, full_utt: bool = False) -> None:
+        super().process_raw(audio, no_search, full_utt)
+        self.loud += [any(audio[i:i + 320]) for i in range(0, len(audio), 320)]
+
+    def seg(self) -> list[Seg]:
+        labels, loud_seen = [], 0
+        for loud in self.loud:
+            loud_seen += loud
+            labels.append("word" if loud and loud_seen > self.deaf_frames else "<sil>")
+        segs: list[Seg] = []
+        for i, label in enumerate(labels):
+            if segs and segs[-1].word == label:
+                segs[-1].end_frame = i
+            else:
+                segs.append(Seg(label, i, i))
+        return segs
+
+
+def test_hint_words_that_leave_the_voice_unheard_give_way_to_whisper_at_the_end() -> None:
+    """The hint decoder's words read as the hints, but it heard no word in 300 ms of the caller's
+    voice ("what are you" for "my card got swallowed by the ATM"): at the end Whisper reads the
+    utterance. Its interims, and words that leave only silence or a short stretch of voice
+    unheard (the quiet between the two tones is no voice), stand without Whisper."""
+    hints = Judge(frozenset("check my balance".split()))
+    audio = silence(200) + tone(300) + silence(150) + tone(400) + silence(500)
+    for deaf_ms, want, runs in ((0, "check my balance", 0), (MAX_VOICE_WITHOUT_WORDS_MS - 50, "check my balance", 0),
+                                (MAX_VOICE_WITHOUT_WORDS_MS + 100, "my card was stolen yesterday", 1)):
+        whisper = ScriptedTranscriber()
+        decoder = OpenSpeechDecoder(PartlyDeafDecoder("check my balance", deaf_ms), whisper, hints)
+        events = run(decoder, audio)
+        assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == [want], deaf_ms
+        assert {e.transcript for e in events if isinstance(e, InterimHypothesis)} == {"check my balance"}, deaf_ms
+        assert len(whisper.calls) == runs, deaf_ms
 
 
 def test_voice_after_the_flush_is_heard_again_at_the_end() -> None:

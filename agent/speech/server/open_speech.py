@@ -5,7 +5,9 @@ audio to a pocketsphinx decoder (the phrase-hint decoder, or the general model's
 without hints) and keeps the utterance's audio. Whenever a hypothesis is asked for, the
 pocketsphinx words are kept if the :class:`~agent.speech.server.biasing.PhraseJudge` says they
 read as the hints (the dialplan's own phrases: fast and right), unless Whisper has already heard
-the utterance, with confidence, as words that do not (:meth:`OpenSpeechDecoder._whisper_heard_otherwise`);
+the utterance, with confidence, as words that do not (:meth:`OpenSpeechDecoder._whisper_heard_otherwise`),
+or, at the utterance's end, they leave a stretch of the caller's voice unheard
+(:meth:`OpenSpeechDecoder._voice_left_unheard`);
 otherwise the caller said something else, and the words are Whisper's, made at the last *checkpoint* (the recogniser
 calls :meth:`checkpoint` when the voice has just dropped away, and before the utterance's end
 when voice came after the last one). Between checkpoints the last Whisper words stand. A stream
@@ -23,9 +25,17 @@ from typing import Any, Protocol
 
 from agent.speech.server.biasing import PhraseJudge
 from agent.speech.server.whisper import Transcript
+from media.vad import EnergyVad, VadConfig
 
 #: 10 ms of 16 kHz pcm16
 _STEP_BYTES = 320
+#: the hint decoder's final words do not stand when it spent at least this much of the caller's
+#: voice (the agent's energy rule, media.vad) in one stretch with no word: silence, a filler, the
+#: utterance's start or end. It fits what it cannot match into a few words of the hints and
+#: leaves the rest unheard ("what are you" for "my card got swallowed by the ATM", "that" for
+#: "connect me to the help desk"). On the dev half the dialplan's phrases left at most 170 ms so;
+#: chosen there (docs/speech.md, "Voice the hint words leave unheard")
+MAX_VOICE_WITHOUT_WORDS_MS = 200
 #: Whisper's words, once made for an utterance, outweigh hint-decoder words that read as the
 #: hints when Whisper's confidence is at least this. Chosen on the dev half
 #: (ops/bench/asr-wer, docs/speech.md "Whisper's words over the hints'"): 0.3-0.5 keep the gain
@@ -84,6 +94,10 @@ class OpenSpeechDecoder:
         self._n_alternatives = alternatives
         self._audio = bytearray()
         self._frames = 0
+        #: the caller's voice by the agent's energy rule, one flag per 10 ms the decoder was fed
+        #: (its noise floor follows the whole stream)
+        self._vad = EnergyVad(VadConfig(), sample_rate_hz=16000)
+        self._voiced: list[bool] = []
         self._final = False
         #: Whisper's words at the last checkpoint
         self._whisper: Transcript | None = None
@@ -107,6 +121,7 @@ class OpenSpeechDecoder:
         self.decoder.start_utt()
         self._audio.clear()
         self._frames = 0
+        self._voiced.clear()
         self._final = False
         self._whisper = None
         self._voice_since = False
@@ -130,6 +145,8 @@ class OpenSpeechDecoder:
         self.decoder.process_raw(audio, no_search, full_utt)
         self._audio += audio
         self._frames += len(audio) // _STEP_BYTES
+        self._voiced.extend(self._vad.voiced(audio[i:i + _STEP_BYTES])
+                            for i in range(0, len(audio) - _STEP_BYTES + 1, _STEP_BYTES))
         self._accepted = None
 
     def checkpoint(self) -> None:
@@ -194,8 +211,18 @@ class OpenSpeechDecoder:
             words = hyp.hypstr.split() if hyp is not None else []
             self._accepted = not words or (self._judge.accepts(words, self._final)
                                            and not (self._whisper_heard_otherwise()
-                                                    and not self._goes_on_from_whisper(words)))
+                                                    and not self._goes_on_from_whisper(words))
+                                           and not (self._final and self._voice_left_unheard()))
         return self._accepted
+
+    def _voice_left_unheard(self) -> bool:
+        """Did the decoder spend MAX_VOICE_WITHOUT_WORDS_MS of voice or more in one stretch with
+        no word? (At the end only, as for hanging words: before it, the last word may still be
+        coming, and the dialplan's phrases would wait for Whisper.)"""
+        need = MAX_VOICE_WITHOUT_WORDS_MS // 10
+        voiced = self._voiced
+        return any(sum(voiced[s.start_frame:s.end_frame + 1]) >= need
+                   for s in self.decoder.seg() or () if not s.word or s.word.startswith(("<", "[", "++")))
 
     def _whisper_heard_otherwise(self) -> bool:
         """Whisper has already heard this audio (at a checkpoint the decoder's words then did not
