@@ -228,6 +228,56 @@ def test_voice_after_the_flush_is_heard_again_at_the_end() -> None:
     assert whisper.calls[1] > whisper.calls[0]
 
 
+class HangingJudge(Judge):
+    """Accepts hypotheses made only of *words*, but not, at the end, one ending on "i"."""
+
+    def accepts(self, words: list[str], final: bool) -> bool:
+        return super().accepts(words, final) and not (final and words[-1] == "i")
+
+
+def dip_then_end(decoder: OpenSpeechDecoder, whisper: ScriptedTranscriber, then_decoder: str,
+                 then_whisper: str) -> list:
+    """A first part, a dip (Whisper reads the first part if the decoder's words are not the
+    hints), then the rest of the utterance, after which the decoder says *then_decoder* and
+    Whisper *then_whisper*."""
+    rec = UtteranceRecognizer(decoder, EndpointingParams(stop_history_ms=300), interim_results=True,
+                              word_time_offsets=True, classifier=LevelClassifier())
+    events: list = []
+    audio = silence(200) + tone(400) + silence(120)
+    for i in range(0, len(audio), 320):
+        events += rec.process(audio[i:i + 320])
+    decoder.decoder.text = then_decoder
+    whisper.text = then_whisper
+    audio = tone(300) + silence(500)
+    for i in range(0, len(audio), 320):
+        events += rec.process(audio[i:i + 320])
+    return events + rec.finish()
+
+
+def test_final_words_turned_down_at_the_end_are_whispers_of_the_whole_utterance() -> None:
+    """At a dip the decoder's words are not the hints and Whisper reads the first part; the voice
+    goes on, and the words read as the hints until the end, where they are left hanging ("what
+    time do you i"): Whisper reads the whole utterance again, its words of the dip do not stand."""
+    whisper = ScriptedTranscriber("what time")
+    decoder = OpenSpeechDecoder(ChangingDecoder("salad", "what time do you i"), whisper,
+                                HangingJudge(frozenset("what time do you i".split())))
+    events = dip_then_end(decoder, whisper, "what time do you", "what time do you lock up tonight")
+    assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == ["what time do you lock up tonight"]
+    assert len(whisper.calls) == 2 and whisper.calls[1] > whisper.calls[0]
+
+
+def test_a_whole_that_only_says_the_dips_words_again_leaves_the_dips_words() -> None:
+    """As above, but Whisper's reading of the whole repeats the dip's words and adds none ("agent
+    agent agent" for "agent", Whisper repeating itself over a short utterance): the dip's words
+    stand. A whole that adds a word replaces them (above)."""
+    whisper = ScriptedTranscriber("agent")
+    decoder = OpenSpeechDecoder(ChangingDecoder("salad", "agent i"), whisper,
+                                HangingJudge(frozenset("agent i".split())))
+    events = dip_then_end(decoder, whisper, "agent", "agent agent agent")
+    assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == ["agent"]
+    assert len(whisper.calls) == 2
+
+
 def test_a_stream_without_hints_is_whispers_at_every_checkpoint() -> None:
     whisper = ScriptedTranscriber("what time do you open")
     decoder = OpenSpeechDecoder(WordsDecoder("what time to you often"), whisper, None)

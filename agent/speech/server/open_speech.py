@@ -20,7 +20,7 @@ the speech did, which is what failover's replay buffer needs).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agent.speech.server.biasing import PhraseJudge
@@ -161,8 +161,17 @@ class OpenSpeechDecoder:
         if self._uses_decoder():
             self.decoder_finals += 1
         else:
-            if self._whisper is None:  # the judge turned the words down only now
+            if self._whisper is None or self._voice_since:
+                # The judge turned the words down only now (left hanging, or voice left unheard),
+                # and Whisper's last words, if any, are of a dip the voice went on from.
+                dip = self._whisper if self._voice_since else None
                 self._run_whisper()
+                if dip is not None and dip.text and set(self._whisper.text.split()) <= set(dip.text.split()):
+                    # The whole says nothing the dip did not ("agent agent agent" for the dip's
+                    # "agent": Whisper repeating itself over a short utterance): the dip's words
+                    # stand, with the whole's sentence end.
+                    self._whisper = replace(dip, sentence_end=self._whisper.sentence_end,
+                                            question=self._whisper.question)
             self.whisper_finals += 1
         if self._punctuate:
             self._last_words = self._words()
