@@ -134,6 +134,21 @@ def test_hint_words_the_decoder_settles_on_do_not_replace_what_whisper_heard_wit
         assert len(whisper.calls) == 1
 
 
+def test_whisper_saying_only_the_decoders_words_again_does_not_replace_them() -> None:
+    """At the dip Whisper hears "agent agent agent" with confidence, words that do not read as the
+    hints (a hint said three times); at the end the decoder settles on "agent". Whisper said no
+    word the decoder did not (it repeats itself over a short utterance): the decoder's words stand."""
+    class OnceEach(Judge):
+        def reads_as_hints(self, words: list[str], final: bool) -> bool:
+            return super().reads_as_hints(words, final) and len(set(words)) == len(words)
+
+    whisper = ScriptedTranscriber("agent agent agent")
+    decoder = OpenSpeechDecoder(ChangingDecoder("ah on", "agent"), whisper, OnceEach(frozenset({"agent"})))
+    finals = [e for e in run(decoder, silence(200) + tone(600) + silence(500)) if isinstance(e, FinalHypothesis)]
+    assert [f.transcript for f in finals] == ["agent"]
+    assert len(whisper.calls) == 1
+
+
 class VoiceDecoder(WordsDecoder):
     """Says *first* until the voice comes back after a drop, then *then* (a hint decoder that
     hears the rest of the sentence after a dip inside it)."""

@@ -220,7 +220,8 @@ class OpenSpeechDecoder:
             words = hyp.hypstr.split() if hyp is not None else []
             self._accepted = not words or (self._judge.accepts(words, self._final)
                                            and not (self._whisper_heard_otherwise()
-                                                    and not self._goes_on_from_whisper(words))
+                                                    and not self._goes_on_from_whisper(words)
+                                                    and not self._whisper_says_the_same_words(words))
                                            and not (self._final and self._voice_left_unheard()))
         return self._accepted
 
@@ -241,6 +242,13 @@ class OpenSpeechDecoder:
         caller's. Below WHISPER_OVER_HINTS_MIN_CONFIDENCE Whisper's short-utterance slips
         ("hours hours", "some body") would replace the hint decoder's right words."""
         return self._whisper_off_hints[self._final]
+
+    def _whisper_says_the_same_words(self, words: Sequence[str]) -> bool:
+        """Are Whisper's words the decoder's *words*, some said more than once? ("agent agent
+        agent" for the decoder's "agent": Whisper repeating itself over a short utterance is no
+        sign the caller said something else.)"""
+        w = self._whisper
+        return w is not None and set(w.text.split()) == set(words)
 
     def _goes_on_from_whisper(self, words: Sequence[str]) -> bool:
         """Do the decoder's *words* go on from what Whisper heard at an earlier checkpoint, the
