@@ -24,13 +24,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agent.speech.server.biasing import PhraseJudge
+from agent.speech.server.recognizer import clean_word
 from agent.speech.server.whisper import Transcript
-from media.vad import EnergyVad, VadConfig
 
 #: 10 ms of 16 kHz pcm16
 _STEP_BYTES = 320
 #: the hint decoder's final words do not stand when it spent at least this much of the caller's
-#: voice (the agent's energy rule, media.vad) in one stretch with no word: silence, a filler, the
+#: voice (the recogniser's, :meth:`OpenSpeechDecoder.voicing`) in one stretch with no word: silence, a filler, the
 #: utterance's start or end. It fits what it cannot match into a few words of the hints and
 #: leaves the rest unheard ("what are you" for "my card got swallowed by the ATM", "that" for
 #: "connect me to the help desk"). On the dev half the dialplan's phrases left at most 170 ms so;
@@ -94,9 +94,7 @@ class OpenSpeechDecoder:
         self._n_alternatives = alternatives
         self._audio = bytearray()
         self._frames = 0
-        #: the caller's voice by the agent's energy rule, one flag per 10 ms the decoder was fed
-        #: (its noise floor follows the whole stream)
-        self._vad = EnergyVad(VadConfig(), sample_rate_hz=16000)
+        #: the utterance's voicing, one flag per 10 ms fed (:meth:`voicing`)
         self._voiced: list[bool] = []
         self._final = False
         #: Whisper's words at the last checkpoint
@@ -121,7 +119,7 @@ class OpenSpeechDecoder:
         self.decoder.start_utt()
         self._audio.clear()
         self._frames = 0
-        self._voiced.clear()
+        self._voiced = []
         self._final = False
         self._whisper = None
         self._voice_since = False
@@ -137,6 +135,11 @@ class OpenSpeechDecoder:
         else:
             self._gap_ms = max(0, int(gap_ms))
 
+    def voicing(self, voiced: list[bool]) -> None:
+        """Before the utterance's end: which of the 10 ms fed were the caller's voice (the
+        recogniser's energy rule, media.vad)."""
+        self._voiced = voiced
+
     def on_voice(self) -> None:
         """The caller's voice goes on (after the last checkpoint's words, if any)."""
         self._voice_since = True
@@ -145,8 +148,6 @@ class OpenSpeechDecoder:
         self.decoder.process_raw(audio, no_search, full_utt)
         self._audio += audio
         self._frames += len(audio) // _STEP_BYTES
-        self._voiced.extend(self._vad.voiced(audio[i:i + _STEP_BYTES])
-                            for i in range(0, len(audio) - _STEP_BYTES + 1, _STEP_BYTES))
         self._accepted = None
 
     def checkpoint(self) -> None:
@@ -232,7 +233,7 @@ class OpenSpeechDecoder:
         need = MAX_VOICE_WITHOUT_WORDS_MS // 10
         voiced = self._voiced
         return any(sum(voiced[s.start_frame:s.end_frame + 1]) >= need
-                   for s in self.decoder.seg() or () if not s.word or s.word.startswith(("<", "[", "++")))
+                   for s in self.decoder.seg() or () if clean_word(s.word) is None)
 
     def _whisper_heard_otherwise(self) -> bool:
         """Whisper has already heard this audio (at a checkpoint the decoder's words then did not
@@ -285,7 +286,7 @@ class OpenSpeechDecoder:
         """*words* spread over the frames the decoder heard words in (all of them if none)."""
         # (pocketsphinx gives no segments, None, when it has no hypothesis: Whisper may still
         # have heard words, in a stream without hints)
-        spoken = [s for s in self.decoder.seg() or () if s.word and not s.word.startswith(("<", "[", "++"))]
+        spoken = [s for s in self.decoder.seg() or () if clean_word(s.word) is not None]
         start = spoken[0].start_frame if spoken else 0
         end = spoken[-1].end_frame if spoken else max(0, self._frames - 1)
         letters = sum(len(w) for w in words) or 1

@@ -65,7 +65,8 @@ DECODER_OPTIONS: dict[str, object] = {
 class UtteranceDecoder(Protocol):
     """What the recogniser needs of a decoder: a ``pocketsphinx.Decoder``, two of them judged
     together (agent.speech.server.biasing.BiasedDecoder), or one with Whisper for open speech
-    (agent.speech.server.open_speech.OpenSpeechDecoder, which also has ``checkpoint()``)."""
+    (agent.speech.server.open_speech.OpenSpeechDecoder, which also has ``checkpoint()``,
+    ``on_voice()``, ``after_gap()`` and ``voicing()``)."""
 
     def start_utt(self) -> None: ...
 
@@ -132,7 +133,9 @@ def new_decoder() -> pocketsphinx.Decoder:
     return pocketsphinx.Decoder(**DECODER_OPTIONS)
 
 
-def _clean_word(word: str) -> str | None:
+def clean_word(word: str) -> str | None:
+    """A pocketsphinx segment's word without its pronunciation variant ("to(3)": "to"); None for
+    silence, fillers and the utterance's start and end ("<sil>", "[NOISE]", "++BREATH++", "<s>")."""
     if not word or word.startswith("<") or word.startswith("[") or word.startswith("++"):
         return None
     paren = word.find("(")
@@ -188,6 +191,9 @@ class UtteranceRecognizer:
         self._last_end_frame: int | None = None
         #: a decoder that reads an utterance with the one before it in mind is told the gap
         self._after_gap: Callable[[float | None], None] | None = getattr(decoder, "after_gap", None)
+        #: ... and one that weighs its words against the caller's voice is told, before the
+        #: utterance's end, which of the 10 ms it decoded were voiced (the flush's rule, below)
+        self._voicing: Callable[[list[bool]], None] | None = getattr(decoder, "voicing", None)
         self._utterance_start_frame = 0
         self._in_utterance = False
         self._frames_since_check = 0
@@ -196,6 +202,10 @@ class UtteranceRecognizer:
         self._max_frames = MAX_UTTERANCE_MS // FRAME_MS
         # When the voice drops away (10 ms resolution, the agent's rule), for the flush.
         self._tail = EnergyVad(VadConfig(), sample_rate_hz=MODEL_RATE_HZ)
+        #: for a decoder with ``voicing()``: the last steps' voicing (the preroll's), and each
+        #: step's of this utterance by its 10 ms of audio
+        self._recent_voiced: deque[bool] = deque(maxlen=2 * preroll_frames)
+        self._utterance_voiced: list[bool] = []
         self._flushed_voice_end_ms = 0.0
         #: for each 10 ms frame the decoder was fed in this utterance, the utterance's 10 ms of
         #: audio it was (a flush's padding: the audio it repeats)
@@ -249,6 +259,8 @@ class UtteranceRecognizer:
         """10 ms of audio: decoded at once inside an utterance (and flushed when the voice has
         just dropped away); every second step completes a 20 ms frame for the endpointing."""
         step_voiced = self._tail.voiced(step)
+        if self._voicing is not None:
+            (self._utterance_voiced if self._in_utterance else self._recent_voiced).append(step_voiced)
         if self._in_utterance:
             if step_voiced:
                 self._utterance_voice_ms += STEP_MS
@@ -347,6 +359,8 @@ class UtteranceRecognizer:
         self._pad_debt_ms = 0
         self._checkpoint_unvoiced = False
         self._last_interim = ""
+        if self._voicing is not None:
+            self._utterance_voiced = list(self._recent_voiced)[-2 * len(self._preroll):]
         for buffered in self._preroll:
             self._decode(buffered)
         self._preroll.clear()
@@ -376,6 +390,9 @@ class UtteranceRecognizer:
         self._last_end_frame = self._frames_seen
         if self._checkpoint is not None and self._tail.last_voiced_end_ms > self._flushed_voice_end_ms:
             self._checkpoint()  # voice since the last flush (or none was made): the second opinion is stale
+        if self._voicing is not None:
+            voiced = self._utterance_voiced  # (finish()'s zero-padded last part is no step: unvoiced)
+            self._voicing([a < len(voiced) and voiced[a] for a in self._audio_frame_of])
         self._decoder.end_utt()
         text = self._current_hypothesis()
         if not text:
@@ -383,7 +400,7 @@ class UtteranceRecognizer:
         origin_ms = self._utterance_start_frame * FRAME_MS
         words: list[WordTiming] = []
         for seg in self._decoder.seg():
-            word = _clean_word(seg.word)
+            word = clean_word(seg.word)
             if word is None:
                 continue
             # pocketsphinx frames are 10 ms.
