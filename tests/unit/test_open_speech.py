@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.speech.server.open_speech import MAX_VOICE_WITHOUT_WORDS_MS, SENTENCE_END_MIN_CONFIDENCE, OpenSpeechDecoder
+from agent.speech.server.open_speech import (MAX_VOICE_WITHOUT_WORDS_MS, MIN_WORD_POSTERIOR, SENTENCE_END_MIN_CONFIDENCE,
+                                             OpenSpeechDecoder)
 from agent.speech.server.recognizer import EndpointingParams, FinalHypothesis, InterimHypothesis, UtteranceRecognizer
 from agent.speech.server.whisper import Transcript, cut_repeat, normalise, normalise_with_commas
 from tests.unit.test_recognizer_flush import FakeDecoder, LevelClassifier, Seg, silence, tone
@@ -232,6 +233,38 @@ def test_hint_words_that_leave_the_voice_unheard_give_way_to_whisper_at_the_end(
         assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == [want], deaf_ms
         assert {e.transcript for e in events if isinstance(e, InterimHypothesis)} == {"check my balance"}, deaf_ms
         assert len(whisper.calls) == runs, deaf_ms
+
+
+class UnsureDecoder(WordsDecoder):
+    """Says *text*, its words sharing the utterance's frames, each with its posterior from
+    *probs* (what pocketsphinx works out over the final's lattice)."""
+
+    def __init__(self, text: str, probs: tuple[float, ...]) -> None:
+        super().__init__(text)
+        self.probs = probs
+
+    def seg(self) -> list[Seg]:
+        words = self.text.split()
+        step = max(1, self.frames // len(words))
+        return [Seg(w, i * step, (i + 1) * step - 1, p) for i, (w, p) in enumerate(zip(words, self.probs))]
+
+
+def test_hint_words_the_decoder_was_unsure_of_give_way_to_whisper_at_the_end() -> None:
+    """The hint decoder's words read as the hints, but one of them has a posterior under
+    MIN_WORD_POSTERIOR ("how much i and okay" for "how are my finances looking"): at the end
+    Whisper reads the utterance. Its interims, and words it is sure enough of, stand without
+    Whisper."""
+    hints = Judge(frozenset("check my balance".split()))
+    audio = silence(200) + tone(700) + silence(500)
+    for probs, want, runs in (((1.0, 0.9, 1.0), "check my balance", 0),
+                              ((1.0, MIN_WORD_POSTERIOR, 0.7), "check my balance", 0),
+                              ((1.0, MIN_WORD_POSTERIOR - 0.05, 1.0), "my card was stolen yesterday", 1)):
+        whisper = ScriptedTranscriber()
+        decoder = OpenSpeechDecoder(UnsureDecoder("check my balance", probs), whisper, hints)
+        events = run(decoder, audio)
+        assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == [want], probs
+        assert {e.transcript for e in events if isinstance(e, InterimHypothesis)} == {"check my balance"}, probs
+        assert len(whisper.calls) == runs, probs
 
 
 def test_voice_after_the_flush_is_heard_again_at_the_end() -> None:

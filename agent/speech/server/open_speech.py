@@ -7,7 +7,8 @@ pocketsphinx words are kept if the :class:`~agent.speech.server.biasing.PhraseJu
 read as the hints (the dialplan's own phrases: fast and right), unless Whisper has already heard
 the utterance, with confidence, as words that do not (:meth:`OpenSpeechDecoder._whisper_heard_otherwise`),
 or, at the utterance's end, they leave a stretch of the caller's voice unheard
-(:meth:`OpenSpeechDecoder._voice_left_unheard`);
+(:meth:`OpenSpeechDecoder._voice_left_unheard`) or the decoder was unsure of one of them
+(:meth:`OpenSpeechDecoder._unsure_of_a_word`);
 otherwise the caller said something else, and the words are Whisper's, made at the last *checkpoint* (the recogniser
 calls :meth:`checkpoint` when the voice has just dropped away, and before the utterance's end
 when voice came after the last one). Between checkpoints the last Whisper words stand. A stream
@@ -36,6 +37,13 @@ _STEP_BYTES = 320
 #: "connect me to the help desk"). On the dev half the dialplan's phrases left at most 170 ms so;
 #: chosen there (docs/speech.md, "Voice the hint words leave unheard")
 MAX_VOICE_WITHOUT_WORDS_MS = 200
+#: nor when one of its words has a posterior probability (pocketsphinx's, over the final's
+#: lattice) under this: the hints had several ways to spell that stretch and none fitted
+#: ("how much i and okay" for "how are my finances looking", "talk to on" for "ta ta"). On the
+#: dev half the dialplan's phrases heard right had at least 0.236 at 8 kHz and 0.293 at 16 kHz;
+#: 0.12-0.2 did the same for open speech, 0.25 changed an in-domain utterance; chosen there
+#: (docs/speech.md, "Hint words the decoder was unsure of")
+MIN_WORD_POSTERIOR = 0.2
 #: Whisper's words, once made for an utterance, outweigh hint-decoder words that read as the
 #: hints when Whisper's confidence is at least this. Chosen on the dev half
 #: (ops/bench/asr-wer, docs/speech.md "Whisper's words over the hints'"): 0.3-0.5 keep the gain
@@ -223,7 +231,7 @@ class OpenSpeechDecoder:
                                            and not (self._whisper_heard_otherwise()
                                                     and not self._goes_on_from_whisper(words)
                                                     and not self._whisper_says_the_same_words(words))
-                                           and not (self._final and self._voice_left_unheard()))
+                                           and not (self._final and (self._voice_left_unheard() or self._unsure_of_a_word())))
         return self._accepted
 
     def _voice_left_unheard(self) -> bool:
@@ -234,6 +242,11 @@ class OpenSpeechDecoder:
         voiced = self._voiced
         return any(sum(voiced[s.start_frame:s.end_frame + 1]) >= need
                    for s in self.decoder.seg() or () if clean_word(s.word) is None)
+
+    def _unsure_of_a_word(self) -> bool:
+        """Has one of the decoder's words a posterior under MIN_WORD_POSTERIOR? (At the end
+        only: pocketsphinx works the posteriors out over the final's lattice.)"""
+        return any(s.prob < MIN_WORD_POSTERIOR for s in self.decoder.seg() or () if clean_word(s.word) is not None)
 
     def _whisper_heard_otherwise(self) -> bool:
         """Whisper has already heard this audio (at a checkpoint the decoder's words then did not
