@@ -7,10 +7,16 @@ while flite runs, so other Python threads keep going.
 
 Voices: ``kal16`` (16 kHz, the default), ``kal`` (8 kHz), ``rms``, ``awb``, ``slt``
 (16 kHz). Each voice library is loaded and registered once, on first use.
+
+The clustergen voices (``rms``, ``awb``, ``slt``) excite their unvoiced sounds with the C
+library's ``rand()``, so the same text comes out a little different each time; a *seed* given
+to :func:`synthesize` or :func:`synthesize_phones` seeds it first, and the audio repeats
+exactly (what the benchmarks' corpora need).
 """
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import threading
 import unicodedata
 
@@ -38,6 +44,18 @@ _FLITE_LOCK = threading.Lock()
 _flite: ctypes.CDLL | None = None
 _voices: dict[str, ctypes.c_void_p] = {}
 _voice_libs: dict[str, ctypes.CDLL] = {}
+_libc: ctypes.CDLL | None = None
+
+
+def _seed(seed: int | None) -> None:
+    """Seed the C library's ``rand()`` (flite's source of noise) when *seed* is given; call
+    with :data:`_FLITE_LOCK` held."""
+    global _libc
+    if seed is None:
+        return
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    _libc.srand(ctypes.c_uint(seed & 0xFFFFFFFF))
 
 
 def _load_library(name: str) -> ctypes.CDLL:
@@ -116,8 +134,8 @@ def load_voice(voice: str = DEFAULT_VOICE) -> None:
         _voice(voice)
 
 
-def synthesize(text: str, voice: str = DEFAULT_VOICE) -> tuple[bytes, int]:
-    """Synthesize ``text`` with flite ``voice``.
+def synthesize(text: str, voice: str = DEFAULT_VOICE, seed: int | None = None) -> tuple[bytes, int]:
+    """Synthesize ``text`` with flite ``voice`` (the same audio every time for the same *seed*).
 
     Returns ``(pcm16le_mono, sample_rate)``; the rate is the voice's native rate (16000 for
     most voices, 8000 for ``kal``). Raises ``ValueError`` for an unknown voice and
@@ -126,7 +144,9 @@ def synthesize(text: str, voice: str = DEFAULT_VOICE) -> tuple[bytes, int]:
     data = _to_flite_text(text)
     with _FLITE_LOCK:
         lib = _core()
-        wave_ptr = lib.flite_text_to_wave(data, _voice(voice))
+        vox = _voice(voice)
+        _seed(seed)
+        wave_ptr = lib.flite_text_to_wave(data, vox)
         if not wave_ptr:
             raise RuntimeError(f"flite_text_to_wave failed for voice {voice!r}")
         try:
@@ -140,10 +160,11 @@ PHONES = frozenset("""aa ae ah ao aw ax axr ay b ch d dh eh er ey f g hh ih iy j
 t th uh uw v w y z zh pau""".split())
 
 
-def synthesize_phones(phones: str, voice: str = DEFAULT_VOICE, stretch: float = 1.0) -> tuple[bytes, int]:
+def synthesize_phones(phones: str, voice: str = DEFAULT_VOICE, stretch: float = 1.0,
+                      seed: int | None = None) -> tuple[bytes, int]:
     """Synthesize a string of phones ("pau m hh m pau"), for sounds flite's lexicon has no
     word for (it reads "mm-hmm" as the letters M-M-H-M-M); *stretch* scales the phones'
-    durations (flite's ``duration_stretch``). Returns what :func:`synthesize` does. A phone
+    durations (flite's ``duration_stretch``); *seed* as for :func:`synthesize`. Returns what :func:`synthesize` does. A phone
     outside :data:`PHONES` raises ``ValueError`` (flite itself would exit the process)."""
     seq = phones.split()
     unknown = sorted(set(seq) - PHONES)
@@ -158,6 +179,7 @@ def synthesize_phones(phones: str, voice: str = DEFAULT_VOICE, stretch: float = 
         features = ctypes.c_void_p.from_address(vox.value + ctypes.sizeof(ctypes.c_void_p))
         before = lib.get_param_float(features, b"duration_stretch", ctypes.c_float(1.0))
         lib.feat_set_float(features, b"duration_stretch", ctypes.c_float(stretch))
+        _seed(seed)
         try:
             utt = lib.flite_synth_phones(phones.encode("ascii"), vox)
         finally:
