@@ -223,16 +223,24 @@ def test_hint_words_that_leave_the_voice_unheard_give_way_to_whisper_at_the_end(
     voice ("what are you" for "my card got swallowed by the ATM"): at the end Whisper reads the
     utterance. Its interims, and words that leave only silence or a short stretch of voice
     unheard (the quiet between the two tones is no voice), stand without Whisper."""
-    hints = Judge(frozenset("check my balance".split()))
     audio = silence(200) + tone(300) + silence(150) + tone(400) + silence(500)
-    for deaf_ms, want, runs in ((0, "check my balance", 0), (MAX_VOICE_WITHOUT_WORDS_MS - 50, "check my balance", 0),
-                                (MAX_VOICE_WITHOUT_WORDS_MS + 100, "my card was stolen yesterday", 1)):
+    assert_finals_of_check_my_balance(
+        lambda deaf_ms: PartlyDeafDecoder("check my balance", deaf_ms), audio,
+        ((0, "check my balance", 0), (MAX_VOICE_WITHOUT_WORDS_MS - 50, "check my balance", 0),
+         (MAX_VOICE_WITHOUT_WORDS_MS + 100, "my card was stolen yesterday", 1)))
+
+
+def assert_finals_of_check_my_balance(make_decoder, audio: bytes, cases) -> None:  # noqa: ANN001
+    """For each (case, final words wanted, Whisper runs wanted) of *cases*: the hint decoder
+    *make_decoder(case)*, saying "check my balance" (which reads as the hints), over *audio*
+    gives that final and those runs, and its interims stand as they are."""
+    hints = Judge(frozenset("check my balance".split()))
+    for case, want, runs in cases:
         whisper = ScriptedTranscriber()
-        decoder = OpenSpeechDecoder(PartlyDeafDecoder("check my balance", deaf_ms), whisper, hints)
-        events = run(decoder, audio)
-        assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == [want], deaf_ms
-        assert {e.transcript for e in events if isinstance(e, InterimHypothesis)} == {"check my balance"}, deaf_ms
-        assert len(whisper.calls) == runs, deaf_ms
+        events = run(OpenSpeechDecoder(make_decoder(case), whisper, hints), audio)
+        assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == [want], case
+        assert {e.transcript for e in events if isinstance(e, InterimHypothesis)} == {"check my balance"}, case
+        assert len(whisper.calls) == runs, case
 
 
 class UnsureDecoder(WordsDecoder):
@@ -254,17 +262,10 @@ def test_hint_words_the_decoder_was_unsure_of_give_way_to_whisper_at_the_end() -
     MIN_WORD_POSTERIOR ("how much i and okay" for "how are my finances looking"): at the end
     Whisper reads the utterance. Its interims, and words it is sure enough of, stand without
     Whisper."""
-    hints = Judge(frozenset("check my balance".split()))
-    audio = silence(200) + tone(700) + silence(500)
-    for probs, want, runs in (((1.0, 0.9, 1.0), "check my balance", 0),
-                              ((1.0, MIN_WORD_POSTERIOR, 0.7), "check my balance", 0),
-                              ((1.0, MIN_WORD_POSTERIOR - 0.05, 1.0), "my card was stolen yesterday", 1)):
-        whisper = ScriptedTranscriber()
-        decoder = OpenSpeechDecoder(UnsureDecoder("check my balance", probs), whisper, hints)
-        events = run(decoder, audio)
-        assert [e.transcript for e in events if isinstance(e, FinalHypothesis)] == [want], probs
-        assert {e.transcript for e in events if isinstance(e, InterimHypothesis)} == {"check my balance"}, probs
-        assert len(whisper.calls) == runs, probs
+    assert_finals_of_check_my_balance(
+        lambda probs: UnsureDecoder("check my balance", probs), silence(200) + tone(700) + silence(500),
+        (((1.0, 0.9, 1.0), "check my balance", 0), ((1.0, MIN_WORD_POSTERIOR, 0.7), "check my balance", 0),
+         ((1.0, MIN_WORD_POSTERIOR - 0.05, 1.0), "my card was stolen yesterday", 1)))
 
 
 def test_voice_after_the_flush_is_heard_again_at_the_end() -> None:
