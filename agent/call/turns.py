@@ -24,6 +24,13 @@ from agent.call.reply import PromptPlayer
 from agent.dialplan.engine import Action, DialogueSession, Listen, Say
 from agent.speech.api import SynthesisStream
 
+#: the no-input timeout waits while the caller's voice is this recent (ms): a voice shorter than
+#: the VAD's ``speech_start_ms`` is not yet speech, and a reprompt started then talks over a
+#: caller who has just begun (whose words it then loses as a barge-in over it)
+NO_INPUT_VOICE_GRACE_MS = 150
+#: ... for at most this much longer (ms), so that a line's noise cannot put it off for ever
+NO_INPUT_MAX_GRACE_MS = 1000
+
 
 @dataclass(frozen=True)
 class Speculation:
@@ -59,6 +66,7 @@ class TurnTaker:
                  is_meant: Callable[[str], bool] | None = None,
                  rests_on_one_word: Callable[[str], bool] | None = None) -> None:
         self._reactor = reactor
+        self._last_voiced_at = last_voiced_at
         self.transcripts = transcripts
         self.endpointer = TurnEndpointer(is_complete, config, last_voiced_at=last_voiced_at, prosody=prosody,
                                          is_meant=is_meant, rests_on_one_word=rests_on_one_word)
@@ -80,6 +88,8 @@ class TurnTaker:
         #: silence would end the turn
         self._ahead_timer: IDelayedCall | None = None
         self._no_input_timer: IDelayedCall | None = None
+        #: how long the no-input timeout has waited for a voice the VAD had not yet judged (ms)
+        self._no_input_grace_ms = 0
 
     # -- listening -----------------------------------------------------------------
     def start_listening(self, action: Listen, caller_turn_began: bool) -> None:
@@ -248,6 +258,7 @@ class TurnTaker:
     # -- no input ---------------------------------------------------------------------
     def start_no_input(self, timeout_ms: int) -> None:
         self.cancel_no_input()
+        self._no_input_grace_ms = 0
         self._no_input_timer = self._reactor.callLater(timeout_ms / 1000.0, self._no_input)
 
     def cancel_no_input(self) -> None:
@@ -257,6 +268,13 @@ class TurnTaker:
     def _no_input(self) -> None:
         self._no_input_timer = None
         if not self.listening:
+            return
+        voice_ms = (self._reactor.seconds() - self._last_voiced_at()) * 1000.0
+        if voice_ms < NO_INPUT_VOICE_GRACE_MS and self._no_input_grace_ms < NO_INPUT_MAX_GRACE_MS:
+            # The caller's voice may be starting: its speech start (which cancels this) comes once
+            # the VAD has heard enough of it. A blip that never becomes speech delays this a little.
+            self._no_input_grace_ms += NO_INPUT_VOICE_GRACE_MS
+            self._no_input_timer = self._reactor.callLater(NO_INPUT_VOICE_GRACE_MS / 1000.0, self._no_input)
             return
         self._on_no_input()
 

@@ -187,6 +187,30 @@ def test_greeting_then_menu_then_listening_with_no_input_reprompt():
     assert h.said()[-1].startswith("I'm sorry, I did not hear you")
 
 
+def test_no_input_waits_for_a_voice_that_began_just_before_it_and_the_request_is_answered():
+    """The caller begins "check my balance" 30 ms before the no-input timeout, too soon for the
+    VAD to call it speech (it needs 50 ms here): the reprompt does not start over them; their
+    words are the turn. A voice that stops short of speech only puts the reprompt off a little."""
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    h.tick(497)
+    h.caller_says("check my balance")
+    h.tick(3)
+    assert not any(t.startswith("I'm sorry, I did not hear you") for t in h.said()), h.said()
+    assert any(t.startswith("Your account balance") for t in h.said()), h.said()
+
+    h = Harness()
+    h.session.start()
+    h.play_out()
+    h.tick(497)
+    h.tick(3, caller=tone_frame())             # 30 ms: a click, never speech
+    h.tick(14)
+    assert not any(t.startswith("I'm sorry, I did not hear you") for t in h.said())
+    h.tick(3)
+    assert h.said()[-1].startswith("I'm sorry, I did not hear you")
+
+
 def test_spoken_request_gets_the_balance_and_latency_is_measured():
     """A final transcript while listening runs the balance step; latency runs from the last voiced frame."""
     h = Harness()
