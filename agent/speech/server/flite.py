@@ -9,16 +9,17 @@ Voices: ``kal16`` (16 kHz, the default), ``kal`` (8 kHz), ``rms``, ``awb``, ``sl
 (16 kHz). Each voice library is loaded and registered once, on first use.
 
 The clustergen voices (``rms``, ``awb``, ``slt``) excite their unvoiced sounds with the C
-library's ``rand()``, so the same text comes out a little different each time; a *seed* given
-to :func:`synthesize` or :func:`synthesize_phones` seeds it first, and the audio repeats
-exactly (what the benchmarks' corpora need).
+library's ``rand()``, so the same text comes out a little different each time; asked to be
+*repeatable*, :func:`synthesize` and :func:`synthesize_phones` first seed it from what they are
+given, and the same input is the same audio on every machine and run (what the benchmarks'
+corpora need).
 """
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 import unicodedata
+import zlib
 
 from agent.speech.voices import flite_voice
 
@@ -44,18 +45,12 @@ _FLITE_LOCK = threading.Lock()
 _flite: ctypes.CDLL | None = None
 _voices: dict[str, ctypes.c_void_p] = {}
 _voice_libs: dict[str, ctypes.CDLL] = {}
-_libc: ctypes.CDLL | None = None
 
 
-def _seed(seed: int | None) -> None:
-    """Seed the C library's ``rand()`` (flite's source of noise) when *seed* is given; call
-    with :data:`_FLITE_LOCK` held."""
-    global _libc
-    if seed is None:
-        return
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    _libc.srand(ctypes.c_uint(seed & 0xFFFFFFFF))
+def _seed(*given: object) -> None:
+    """Seed the C library's ``rand()`` (flite's source of noise) from *given*; call with
+    :data:`_FLITE_LOCK` held."""
+    ctypes.CDLL(None).srand(ctypes.c_uint(zlib.crc32(repr(given).encode())))
 
 
 def _load_library(name: str) -> ctypes.CDLL:
@@ -134,8 +129,8 @@ def load_voice(voice: str = DEFAULT_VOICE) -> None:
         _voice(voice)
 
 
-def synthesize(text: str, voice: str = DEFAULT_VOICE, seed: int | None = None) -> tuple[bytes, int]:
-    """Synthesize ``text`` with flite ``voice`` (the same audio every time for the same *seed*).
+def synthesize(text: str, voice: str = DEFAULT_VOICE, repeatable: bool = False) -> tuple[bytes, int]:
+    """Synthesize ``text`` with flite ``voice`` (*repeatable*: the same audio every time).
 
     Returns ``(pcm16le_mono, sample_rate)``; the rate is the voice's native rate (16000 for
     most voices, 8000 for ``kal``). Raises ``ValueError`` for an unknown voice and
@@ -145,7 +140,8 @@ def synthesize(text: str, voice: str = DEFAULT_VOICE, seed: int | None = None) -
     with _FLITE_LOCK:
         lib = _core()
         vox = _voice(voice)
-        _seed(seed)
+        if repeatable:
+            _seed(data, voice)
         wave_ptr = lib.flite_text_to_wave(data, vox)
         if not wave_ptr:
             raise RuntimeError(f"flite_text_to_wave failed for voice {voice!r}")
@@ -161,11 +157,11 @@ t th uh uw v w y z zh pau""".split())
 
 
 def synthesize_phones(phones: str, voice: str = DEFAULT_VOICE, stretch: float = 1.0,
-                      seed: int | None = None) -> tuple[bytes, int]:
+                      repeatable: bool = False) -> tuple[bytes, int]:
     """Synthesize a string of phones ("pau m hh m pau"), for sounds flite's lexicon has no
     word for (it reads "mm-hmm" as the letters M-M-H-M-M); *stretch* scales the phones'
-    durations (flite's ``duration_stretch``); *seed* as for :func:`synthesize`. Returns what :func:`synthesize` does. A phone
-    outside :data:`PHONES` raises ``ValueError`` (flite itself would exit the process)."""
+    durations (flite's ``duration_stretch``); *repeatable* as for :func:`synthesize`. Returns
+    what :func:`synthesize` does. A phone outside :data:`PHONES` raises ``ValueError`` (flite itself would exit the process)."""
     seq = phones.split()
     unknown = sorted(set(seq) - PHONES)
     if not seq or unknown:
@@ -179,7 +175,8 @@ def synthesize_phones(phones: str, voice: str = DEFAULT_VOICE, stretch: float = 
         features = ctypes.c_void_p.from_address(vox.value + ctypes.sizeof(ctypes.c_void_p))
         before = lib.get_param_float(features, b"duration_stretch", ctypes.c_float(1.0))
         lib.feat_set_float(features, b"duration_stretch", ctypes.c_float(stretch))
-        _seed(seed)
+        if repeatable:
+            _seed(phones, voice, stretch)
         try:
             utt = lib.flite_synth_phones(phones.encode("ascii"), vox)
         finally:

@@ -6,9 +6,8 @@ without hints) and keeps the utterance's audio. Whenever a hypothesis is asked f
 pocketsphinx words are kept if the :class:`~agent.speech.server.biasing.PhraseJudge` says they
 read as the hints (the dialplan's own phrases: fast and right), unless Whisper has already heard
 the utterance, with confidence, as words that do not (:meth:`OpenSpeechDecoder._whisper_heard_otherwise`),
-or, at the utterance's end, they leave a stretch of the caller's voice unheard
-(:meth:`OpenSpeechDecoder._voice_left_unheard`) or the decoder was unsure of one of them
-(:meth:`OpenSpeechDecoder._unsure_of_a_word`);
+or, at the utterance's end, they leave a stretch of the caller's voice unheard or the decoder
+was unsure of one of them (:meth:`OpenSpeechDecoder._misfit_at_end`);
 otherwise the caller said something else, and the words are Whisper's, made at the last *checkpoint* (the recogniser
 calls :meth:`checkpoint` when the voice has just dropped away, and before the utterance's end
 when voice came after the last one). Between checkpoints the last Whisper words stand. A stream
@@ -231,22 +230,22 @@ class OpenSpeechDecoder:
                                            and not (self._whisper_heard_otherwise()
                                                     and not self._goes_on_from_whisper(words)
                                                     and not self._whisper_says_the_same_words(words))
-                                           and not (self._final and (self._voice_left_unheard() or self._unsure_of_a_word())))
+                                           and not (self._final and self._misfit_at_end()))
         return self._accepted
 
-    def _voice_left_unheard(self) -> bool:
+    def _misfit_at_end(self) -> bool:
         """Did the decoder spend MAX_VOICE_WITHOUT_WORDS_MS of voice or more in one stretch with
-        no word? (At the end only, as for hanging words: before it, the last word may still be
-        coming, and the dialplan's phrases would wait for Whisper.)"""
+        no word, or has one of its words a posterior under MIN_WORD_POSTERIOR? (At the end only:
+        before it, the last word may still be coming, and the dialplan's phrases would wait for
+        Whisper; and pocketsphinx works the posteriors out over the final's lattice.)"""
         need = MAX_VOICE_WITHOUT_WORDS_MS // 10
-        voiced = self._voiced
-        return any(sum(voiced[s.start_frame:s.end_frame + 1]) >= need
-                   for s in self.decoder.seg() or () if clean_word(s.word) is None)
-
-    def _unsure_of_a_word(self) -> bool:
-        """Has one of the decoder's words a posterior under MIN_WORD_POSTERIOR? (At the end
-        only: pocketsphinx works the posteriors out over the final's lattice.)"""
-        return any(s.prob < MIN_WORD_POSTERIOR for s in self.decoder.seg() or () if clean_word(s.word) is not None)
+        for s in self.decoder.seg() or ():
+            if clean_word(s.word) is None:
+                if sum(self._voiced[s.start_frame:s.end_frame + 1]) >= need:
+                    return True
+            elif s.prob < MIN_WORD_POSTERIOR:
+                return True
+        return False
 
     def _whisper_heard_otherwise(self) -> bool:
         """Whisper has already heard this audio (at a checkpoint the decoder's words then did not
