@@ -43,8 +43,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FILLERS = frozenset("um umm uh uhh er erm ah hmm mm".split())
-"""Hesitation sounds, dropped before encoding: they carry no meaning but weigh in an average."""
+FILLERS = frozenset("um umm uh uhh er erm ah hmm mm please".split())
+"""Hesitation sounds, and "please", dropped before encoding: they carry no request but weigh in an
+average ("please, just someone from the bank" came nearer to "I'd like the amount in my savings
+please" than to any request for a person; docs/evaluation.md, "Callers' own words as phrasings")."""
 
 BACKGROUND_EXCLUSION_COSINE = 0.8
 """A background request this close to one of an ask's own examples is not background there; nor

@@ -410,11 +410,11 @@ def _said_over_the_menu(h: "Harness", text: str, voice: int) -> int:
 
 
 def test_a_sentence_over_a_prompt_that_is_no_request_is_heard_not_lost():
-    """ "I'm out, thanks" (800 ms) heard as "i'm out saying": no request of the menu and shorter
-    than interruption_min_ms. Once its final words are in, it takes the turn (the prompt
-    resuming over it would lose the caller's words) and is answered."""
+    """ "My card got swallowed" (800 ms) heard as "my card got swallowed saying": no request of the
+    menu and shorter than interruption_min_ms. Once its final words are in, it takes the turn (the
+    prompt resuming over it would lose the caller's words) and is answered."""
     h = Harness()
-    said_before = _said_over_the_menu(h, "i'm out saying", voice=80)
+    said_before = _said_over_the_menu(h, "my card got swallowed saying", voice=80)
     assert len(h.said()) == said_before + 1 and h.said()[-1].startswith("I'm sorry")  # answered
 
 
