@@ -735,14 +735,14 @@ def test_a_no_to_a_transfer_taken_on_interim_words_is_answered_at_once():
 
 
 def _to_the_transfer_question(h: "Harness") -> None:
-    """A request for a person heard unclearly at the menu ("i want right", by meaning): the
+    """A request for a person heard unclearly at the menu ("i want a live one", by meaning): the
     agent has begun asking "Do you want me to put you through to an agent?"."""
     h.session.start()
     h.play_out()
-    _speak(h, "i want right", after=0)
-    while not (h.said()[-1].endswith("agent?") and h.session.playout.busy):
+    _speak(h, "i want a live one", after=0)
+    while not (h.said()[-1].endswith("agent?") and h.session.playout.busy) and h.reactor.seconds() < 600:
         h.tick(1)
-    assert h.session.dialogue.asking_before_acting
+    assert h.said()[-1].endswith("agent?") and h.session.dialogue.asking_before_acting
 
 
 def _before_the_transfer_questions_end(frames: int) -> "Harness":
@@ -761,7 +761,7 @@ def _before_the_transfer_questions_end(frames: int) -> "Harness":
 
 
 def _over_the_transfer_question(h: "Harness", text: str) -> None:
-    """A request for a person heard unclearly at the menu ("i want right", by meaning): while
+    """A request for a person heard unclearly at the menu ("i want a live one", by meaning): while
     "Do you want me to put you through to an agent?" is said, the caller says *text*, begun 0.4 s
     into the question and going on past its end; the final comes 300 ms after the voice."""
     _to_the_transfer_question(h)
