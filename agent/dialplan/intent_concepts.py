@@ -583,7 +583,7 @@ CONCEPTS: tuple[Concept, ...] = (
 """The common requests, each adopted by the intents that list one of its anchors."""
 
 
-BACKGROUND: tuple[str, ...] = tuple(p.strip() for p in """
+BACKGROUND: tuple[str, ...] = _lines("""
     i lost my card
     my card has been stolen
     block my card
@@ -700,7 +700,7 @@ BACKGROUND: tuple[str, ...] = tuple(p.strip() for p in """
     open a business account
     check the status of my loan application
     how much can i borrow
-    """.strip().splitlines()) + _lines(SAID_BY_CALLERS[None])
+    """) + _lines(SAID_BY_CALLERS[None])
 """Requests that no intent covers unless its own examples say so."""
 
 
