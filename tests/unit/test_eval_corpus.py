@@ -123,6 +123,40 @@ def test_a_batch_written_for_one_half_stays_in_it(tmp_path: Any) -> None:
         corpus().load_texts(str(tmp_path))
 
 
+#: the corpus's intents, by the common request (agent.dialplan.intent_concepts) they are
+#: phrasings of; out-of-scope requests are the background (key None)
+CONCEPT_OF_INTENT = {"agent": "human_agent", "balance": "account_balance", "hours": "opening_hours",
+                     "goodbye": "end_call", "nothing_else": "nothing_more", "something_else": "more_help"}
+REQUEST_KINDS = ("turn", "paused_turn", "out_of_scope")
+
+
+def test_callers_phrasings_are_the_dev_halfs_first_two_batches_exactly() -> None:
+    """The matcher's phrasings taken from callers' own words (SAID_BY_CALLERS) are texts of the
+    development half's first two batches under their own label, and all of them: none is a text
+    of the test half or of the third batch (``*-dev3.yaml``, kept unseen for tuning), and a text
+    added to, moved out of or relabelled in those batches shows here."""
+    from agent.dialplan.intent_concepts import BACKGROUND, CONCEPTS, SAID_BY_CALLERS
+
+    def words(text: str) -> str:
+        return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
+
+    by_words: dict[str, list[Any]] = {}
+    for u in texts():
+        by_words.setdefault(words(u.said), []).append(u)
+    said = [(key, line.strip()) for key, block in SAID_BY_CALLERS.items() for line in block.splitlines() if line.strip()]
+    assert len(said) > 200
+    for key, line in said:
+        found = by_words.get(words(line))
+        assert found, f"{key}: {line!r} is no text of the corpus"
+        for u in found:
+            assert u.half == "dev" and not u.source.endswith("-dev3.yaml"), (line, u.source, u.half)
+            assert u.kind in REQUEST_KINDS and CONCEPT_OF_INTENT.get(u.intent) == key, (line, u.intent, key)
+    held = {words(p) for c in CONCEPTS for p in c.phrases} | {words(p) for p in BACKGROUND}
+    left_out = [u.text for u in texts() if u.half == "dev" and not u.source.endswith("-dev3.yaml")
+                and u.kind in REQUEST_KINDS and words(u.said) not in held]
+    assert not left_out
+
+
 def test_paraphrases_share_few_words_with_the_examples() -> None:
     """The mean share of a paraphrase's content words that also appear in its intent's examples
     stays low: the corpus measures understanding, not the dialplan's own phrases."""
