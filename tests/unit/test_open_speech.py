@@ -7,6 +7,7 @@ import math
 import struct
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from agent.speech.server.open_speech import (MAX_VOICE_WITHOUT_WORDS_MS, MIN_WORD_POSTERIOR, SENTENCE_END_MIN_CONFIDENCE,
@@ -586,6 +587,37 @@ def test_a_misheard_first_piece_does_not_take_away_the_end_the_second_piece_has_
                                 before=(first + bytes(2 * 16 * 400), "ali ali ali"))
     assert alone.sentence_end is not None and judged.sentence_end is not None
     assert sure <= alone.sentence_end <= judged.sentence_end, (alone, judged)
+
+
+def test_a_reading_that_ended_before_the_voice_did_gives_way_to_one_that_goes_on() -> None:
+    """Whisper's likeliest reading of a telephone line's "I want to cancel a transfer I made
+    yesterday" stops at "transfer" (and "yes, I'd like to go back to the menu" at "back"), the
+    rest said while the voice goes on; the beam's reading that goes on from it is taken, and the
+    short one is kept as another reading. A whole sentence keeps its reading, not one that adds a
+    word in the silence after it."""
+    from agent.speech.server.whisper import WhisperTranscriber
+
+    whisper = WhisperTranscriber()
+    for said, stopped_at in (("I want to cancel a transfer I made yesterday", "transfer"),
+                             ("yes, I'd like to go back to the menu", "back")):
+        heard = whisper.transcribe(_telephone_16k(said, 3200), alternatives=4, sentence_end=True)
+        assert heard.text.split()[-1] != stopped_at and len(heard.text.split()) >= 8, heard
+        assert any(a.split()[-1] == stopped_at for a in heard.alternatives), heard
+    whole = whisper.transcribe(_telephone_16k("bye for now", 3200) + bytes(16000), alternatives=4)
+    assert whole.text == "bye for now", whole
+
+
+def test_the_voice_ends_at_the_last_loud_20_ms_and_a_reading_said_again_is_told() -> None:
+    from agent.speech.server.whisper import _last_voiced_s, _starts_over
+
+    tone = np.sin(2 * np.pi * 200 * np.arange(8000) / 16000).astype(np.float32) * 0.3
+    audio = np.concatenate([np.zeros(1600, np.float32), tone, np.full(4800, 1e-4, np.float32)])
+    assert _last_voiced_s(audio) == pytest.approx(0.6, abs=0.021)
+    assert _last_voiced_s(np.zeros(16000, np.float32)) == 0.0
+    assert _starts_over("where's the nearest atm".split(), "where is".split())
+    assert _starts_over("what interest do you pay".split(), "what interests".split())
+    assert not _starts_over("i don't want a machine".split(), "i want someone who works there".split())
+    assert not _starts_over("yes i'd like to go back".split(), "to the menu".split())
 
 
 def test_a_tone_is_not_speech() -> None:

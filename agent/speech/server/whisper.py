@@ -42,6 +42,43 @@ ENCODER_FRAME_S = 0.02
 #: utterances longer than this are read in their last 30 s (Whisper's own window)
 MAX_AUDIO_S = 29.0
 
+#: words added to an early-ended reading are taken only when they start this long before the voice ends
+STOPPED_SHORT_MARGIN_S = 0.15
+
+
+def _last_voiced_s(audio: np.ndarray) -> float:
+    """Where the last 20 ms of *audio* within 30 dB of its loudest (and over -50 dBFS) ends (s)."""
+    n = len(audio) // 320
+    if n == 0:
+        return 0.0
+    rms = np.sqrt(np.mean(audio[: n * 320].reshape(n, 320) ** 2, axis=1) + 1e-12)
+    db = 20 * np.log10(rms)
+    voiced = np.nonzero(db >= max(db.max() - 30.0, -50.0))[0]
+    return float((voiced[-1] + 1) * 0.02) if len(voiced) else 0.0
+
+
+_CONTRACTED = {"s": "is", "re": "are", "m": "am", "ll": "will", "ve": "have", "d": "would"}
+
+
+def _plain(words: list[str]) -> list[str]:
+    """*words* with contractions written out and a plural's s dropped ("where's" -> "where is"),
+    for telling a sentence said again in other spellings."""
+    out: list[str] = []
+    for word in words:
+        head, _, tail = word.partition("'")
+        out.append(head[:-1] if len(head) > 3 and head.endswith("s") else head)
+        if tail in _CONTRACTED:
+            out.append(_CONTRACTED[tail])
+    return out
+
+
+def _starts_over(said: list[str], added: list[str]) -> bool:
+    """Do the words *added* after *said* begin with two words *said* has in a row ("where's the
+    nearest atm" + "where is ...", "get me someone" + "get me some one"): Whisper saying it again?"""
+    first, plain = _plain(added)[:2], _plain(said)
+    return len(first) == 2 and any(plain[i : i + 2] == first for i in range(len(plain) - 1))
+
+
 _NOT_A_WORD = re.compile(r"[^a-z0-9' ]+")
 
 
@@ -250,6 +287,9 @@ class WhisperTranscriber:
                 repetition_penalty=REPETITION_PENALTY,
             )[0]
             best = self._heard_only(encoded, result.sequences_ids[0], features.shape[-1], duration_s)
+            chosen = self._stopped_short(encoded, best, result.sequences_ids, features.shape[-1], audio)
+            if chosen:
+                best = [t for t in result.sequences_ids[chosen] if t < self._eot]
             end, question = (self._sentence_end(encoded, best, features.shape[-1])
                              if sentence_end else (None, False))
             if sentence_end and before:
@@ -262,10 +302,10 @@ class WhisperTranscriber:
                                     key=lambda reading: reading[0])
             self.transcribed += 1
         text, commas = self._words(best)
-        readings = (self._words(ids)[0] for ids in result.sequences_ids[1:])
-        tokens = [t for t in result.sequences_ids[0] if t < self._eot]
+        readings = (self._words(ids)[0] for i, ids in enumerate(result.sequences_ids) if i != chosen)
+        tokens = [t for t in result.sequences_ids[chosen] if t < self._eot]
         # CTranslate2's score is the sequence's log probability divided by its length.
-        confidence = math.exp(result.scores[0]) if result.scores and tokens else 0.0
+        confidence = math.exp(result.scores[chosen]) if result.scores and tokens else 0.0
         others = tuple(dict.fromkeys(t for t in readings if t and t != text))
         return Transcript(text=text, confidence=round(min(1.0, max(0.0, confidence)), 4), alternatives=others,
                           sentence_end=end, question=question, commas=commas)
@@ -305,6 +345,35 @@ class WhisperTranscriber:
             if all(first_frame.get(j, 0) >= end_frame for j in range(i + 1, len(tokens)) if said[j]):
                 return tokens[: i + 1]
         return tokens
+
+    def _stopped_short(self, encoded: object, best: list[int], hypotheses: list[list[int]], frames: int,
+                       audio: np.ndarray) -> int:
+        """The index of a hypothesis that goes on from *best* by two words or more, said while the
+        voice goes on (aligned to start at least :data:`STOPPED_SHORT_MARGIN_S` before the audio's
+        last voiced 20 ms), when Whisper's best ended early ("I don't want a machine." of "I don't
+        want a machine, I want someone who works there"); 0 (the best) otherwise."""
+        said = self._words(best)[0].split()
+        if not said:
+            return 0
+        for index, ids in enumerate(hypotheses[1:], start=1):
+            tokens = [t for t in ids if t < self._eot]
+            words, _ = self._words(tokens)
+            more = words.split()
+            if len(more) < len(said) + 2 or more[: len(said)] != said or cut_repeat(more) != more \
+                    or _starts_over(said, more[len(said):]):
+                continue
+            # the token the added words begin with: the first that makes more words than *said*
+            first = next((i for i in range(len(tokens)) if len(self._words(tokens[: i + 1])[0].split()) > len(said)), None)
+            if first is None:
+                continue
+            aligned = self._model.align(encoded, self._prompt, [tokens], frames)[0]
+            starts: dict[int, int] = {}
+            for token, frame in aligned.alignments:
+                starts.setdefault(token, frame)
+            # (only the likeliest such reading is weighed: a later one is a guess among guesses)
+            voiced = first in starts and starts[first] * ENCODER_FRAME_S <= _last_voiced_s(audio) - STOPPED_SHORT_MARGIN_S
+            return index if voiced else 0
+        return 0
 
     def _sentence_end(self, encoded: object, ids: list[int], frames: int, before: str = "") -> tuple[float, bool]:
         """The probability of a sentence mark right after the last word of *ids* (the mark
