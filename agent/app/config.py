@@ -171,7 +171,9 @@ class EndpointingSettings:
     short_turn_silence_ms: int = 250
     #: silence that ends a request that is a yes or a no alone ("yeah", "nope"), often the
     #: start of a longer turn ("yeah, actually, another question")
-    answer_silence_ms: int = 250
+    answer_silence_ms: int = 500
+    #: ... a yes or a no alone answering a yes/no question ("Do you want to end the call?")
+    yes_no_answer_silence_ms: int = 250
     #: silence that ends a turn of finished words (or a request by meaning) once they are all the
     #: recogniser's final results, heard with confidence confident_min_confidence (0-1) or more
     confident_silence_ms: int = 400

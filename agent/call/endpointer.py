@@ -122,7 +122,10 @@ class EndpointerConfig:
     #: this, not complete_silence_ms: callers go on after it past a comma's pause ("yeah,
     #: actually, another question"), and the recogniser's first guess at it is the least sure
     #: ("nah" heard as "yeah"); chosen on the evaluation corpus's dev half (docs/latency.md)
-    answer_silence_ms: int = 250
+    answer_silence_ms: int = 500
+    #: ... the same at a yes/no question ("Do you want to end the call?", a yes_no slot), where
+    #: a yes or a no alone is most often the whole answer
+    yes_no_answer_silence_ms: int = 250
     #: a prosody reading counts for the turn's end only if its voice ended this close to it
     prosody_match_ms: int = 40
     #: finished words (or a request by meaning) that are all the recogniser's final results,
@@ -227,8 +230,11 @@ class TurnEndpointer:
                  last_voiced_at: Callable[[], float] | None = None,
                  prosody: Callable[[], ProsodyReading | None] | None = None,
                  is_meant: Callable[[str], bool] | None = None,
-                 rests_on_one_word: Callable[[str], bool] | None = None) -> None:
+                 rests_on_one_word: Callable[[str], bool] | None = None,
+                 at_yes_no: Callable[[], bool] | None = None) -> None:
         """*is_complete*: do the words make a request of the current ask (a speed-up only).
+        *at_yes_no*: is the dialogue listening for the answer to a yes/no question (a bare yes
+        or no then waits ``yes_no_answer_silence_ms`` instead of ``answer_silence_ms``).
         *rests_on_one_word*: does that request rest on one word of the ask's among others (it
         then waits ``answer_silence_ms``, as a bare yes or no does).
         *is_meant*: do they make one by meaning (asked only while the caller is quiet: it costs
@@ -246,6 +252,7 @@ class TurnEndpointer:
         self._closed_by_tag = LatestText(ends_with_closing_tag, False)
         self._last_voiced_at = last_voiced_at
         self._prosody = prosody
+        self._at_yes_no = at_yes_no
         self.reset()
 
     def reset(self) -> None:
@@ -337,10 +344,12 @@ class TurnEndpointer:
             if speech_ms < c.short_turn_ms:
                 return c.short_turn_silence_ms, "short"
             if signals.request:
+                answer_ms = (c.yes_no_answer_silence_ms if self._at_yes_no is not None and self._at_yes_no()
+                             else c.answer_silence_ms)
                 if self._bare_answer(self.text):
-                    return max(c.complete_silence_ms, c.answer_silence_ms), "answer"
+                    return max(c.complete_silence_ms, answer_ms), "answer"
                 if self._one_word(self.text):
-                    return max(c.complete_silence_ms, c.answer_silence_ms), "one_word"
+                    return max(c.complete_silence_ms, answer_ms), "one_word"
                 return c.complete_silence_ms, "complete"
             # The shortest of the silences that apply; the finished sentence's on a tie.
             silences = [(c.falling_finished_silence_ms if signals.prosody == FALL else c.finished_silence_ms,

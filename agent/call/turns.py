@@ -69,7 +69,8 @@ class TurnTaker:
         self._last_voiced_at = last_voiced_at
         self.transcripts = transcripts
         self.endpointer = TurnEndpointer(is_complete, config, last_voiced_at=last_voiced_at, prosody=prosody,
-                                         is_meant=is_meant, rests_on_one_word=rests_on_one_word)
+                                         is_meant=is_meant, rests_on_one_word=rests_on_one_word,
+                                         at_yes_no=lambda: self.listen is not None and self.listen.slot_type == "yes_no")
         self._dialogue = dialogue
         self._player = player
         self._metrics = metrics

@@ -119,7 +119,8 @@ def test_confident_silence_is_configurable_and_its_confidence_is_a_fraction(tmp_
     assert (loaded.confident_silence_ms, loaded.confident_min_confidence) == (450, 0.75)
     p.write_text("endpointing:\n  answer_silence_ms: 300\n")
     assert load_config(str(p)).endpointing.answer_silence_ms == 300
-    assert load_config(None).endpointing.answer_silence_ms == EndpointerConfig.answer_silence_ms == 250
+    assert load_config(None).endpointing.answer_silence_ms == EndpointerConfig.answer_silence_ms == 500
+    assert load_config(None).endpointing.yes_no_answer_silence_ms == EndpointerConfig.yes_no_answer_silence_ms == 250
     p.write_text("endpointing:\n  confident_min_confidence: 1.5\n")
     with pytest.raises(ConfigError) as e:
         load_config(str(p))

@@ -241,12 +241,17 @@ def _reason_after(ep: TurnEndpointer, text: str, wait_ms: int) -> str:
 
 def test_a_yes_or_no_alone_waits_the_answer_silence():
     """ "yeah" at "anything else?" is a request (something else) in itself, but callers go on
-    after it past a comma's pause ("yeah, actually, another question"): answer_silence_ms (250),
-    not complete_silence_ms; "yes please" and longer requests still end after the short one."""
+    after it past a comma's pause ("yeah, | I have another question"): answer_silence_ms (500),
+    not complete_silence_ms; "yes please" and longer requests still end after the short one. At a
+    yes/no question, where a yes alone is most often the whole answer, it waits
+    yes_no_answer_silence_ms (250)."""
     yes = {"yeah", "um no", "yes please", "check my balance"}
-    for text, wait_ms, reason in (("yeah", 250, "answer"), ("um no", 250, "answer"),
+    for text, wait_ms, reason in (("yeah", 500, "answer"), ("um no", 500, "answer"),
                                   ("yes please", 30, "complete"), ("check my balance", 30, "complete")):
         assert _reason_after(TurnEndpointer(lambda t: t in yes, EndpointerConfig()), text, wait_ms) == reason, text
+    for text in ("yeah", "um no"):
+        at_question = TurnEndpointer(lambda t: t in yes, EndpointerConfig(), at_yes_no=lambda: True)
+        assert _reason_after(at_question, text, 250) == "answer", text
     ep = TurnEndpointer(lambda t: t in yes, EndpointerConfig(answer_silence_ms=10))
     ep.on_speech_start(ms(0))
     ep.on_transcript("yeah", ms(400))
@@ -258,13 +263,13 @@ def test_a_yes_or_no_alone_waits_the_answer_silence():
 def test_a_request_resting_on_one_word_among_others_waits_the_answer_silence():
     """ "i want them one" (the recogniser's reading of "I want someone to ...") is key one among
     other words, "and yeah" the yes of something else: as unsure as a bare answer, they wait
-    answer_silence_ms; "an agent please", the key alone and many-word requests do not."""
+    answer_silence_ms (500); "an agent please", the key alone and many-word requests do not."""
     examples = {"i want them one": "one", "and yeah": "yeah", "an agent please": "agent", "option one": "one",
                 "i'd like to check my balance": "check my balance"}
 
     def rests(text: str) -> bool:
         return one_word_among_others(examples[text], text)
-    for text, wait_ms, reason in (("i want them one", 250, "one_word"), ("and yeah", 250, "one_word"),
+    for text, wait_ms, reason in (("i want them one", 500, "one_word"), ("and yeah", 500, "one_word"),
                                   ("an agent please", 30, "complete"), ("option one", 30, "complete"),
                                   ("i'd like to check my balance", 30, "complete")):
         ep = TurnEndpointer(lambda t: t in examples, EndpointerConfig(), rests_on_one_word=rests)
