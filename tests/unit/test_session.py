@@ -893,16 +893,22 @@ def test_an_acknowledgement_said_into_the_silence_after_a_question_is_not_an_ans
     assert h.said()[-2].startswith("We are open")
 
 
-def test_thinking_aloud_at_a_question_before_ending_is_not_its_answer():
-    """ "I see" and "um" after "Do you want to end the call?": the agent goes on waiting, and
-    the question keeps its one repetition, so an unclear "ok" (a backchannel can be heard so)
-    still has it asked again instead of ending the call; a clear yes then ends it."""
+def _at_the_end_call_question() -> "Harness":
+    """A call at the menu whose caller said a goodbye by meaning: asked "Do you want to end the call?"."""
     h = Harness()
     h.session.start()
     h.play_out()
     _speak(h, "okay i'll let you go now", confidence=0.9)  # a goodbye by meaning: confirmed
     h.play_out()
     assert h.said()[-1] == "Do you want to end the call?"
+    return h
+
+
+def test_thinking_aloud_at_a_question_before_ending_is_not_its_answer():
+    """ "I see" and "um" after "Do you want to end the call?": the agent goes on waiting, and
+    the question keeps its one repetition, so an unclear "ok" (a backchannel can be heard so)
+    still has it asked again instead of ending the call; a clear yes then ends it."""
+    h = _at_the_end_call_question()
     said = len(h.said())
     for words in ("i see", "um", "oh i see"):
         _speak(h, words, voice=30, quiet=40, confidence=0.95)
@@ -920,12 +926,7 @@ def test_a_yes_alone_ends_the_turn_sooner_at_a_question_than_at_an_ask() -> None
     """A bare "yeah" is often the start of more at an ask ("yeah, | I have another question")
     and waits answer_silence_ms (500) there; to "Do you want to end the call?" it is most often
     the whole answer and waits yes_no_answer_silence_ms (250)."""
-    h = Harness()
-    h.session.start()
-    h.play_out()
-    _speak(h, "okay i'll let you go now", confidence=0.9)  # a goodbye by meaning: confirmed
-    h.play_out()
-    assert h.said()[-1] == "Do you want to end the call?"
+    h = _at_the_end_call_question()
     _speak(h, "yeah", voice=30, quiet=40, confidence=0.95, after=30)
     eot = h.session.turns[-1].as_record()["end_of_turn"]
     assert eot["reason"] == "answer" and 250.0 <= eot["silence_ms"] <= 270.0, eot
