@@ -138,7 +138,7 @@ def test_callers_phrasings_are_the_dev_halfs_first_two_batches_exactly() -> None
     from agent.dialplan.intent_concepts import BACKGROUND, CONCEPTS, SAID_BY_CALLERS
 
     def words(text: str) -> str:
-        return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
+        return " ".join(said_words(text))
 
     by_words: dict[str, list[Any]] = {}
     for u in texts():

@@ -608,12 +608,12 @@ def test_a_reading_that_ended_before_the_voice_did_gives_way_to_one_that_goes_on
 
 
 def test_the_voice_ends_at_the_last_loud_20_ms_and_a_reading_said_again_is_told() -> None:
-    from agent.speech.server.whisper import _last_voiced_s, _starts_over
+    from agent.speech.server.whisper import _starts_over, _voice_end_s
 
-    tone = np.sin(2 * np.pi * 200 * np.arange(8000) / 16000).astype(np.float32) * 0.3
-    audio = np.concatenate([np.zeros(1600, np.float32), tone, np.full(4800, 1e-4, np.float32)])
-    assert _last_voiced_s(audio) == pytest.approx(0.6, abs=0.021)
-    assert _last_voiced_s(np.zeros(16000, np.float32)) == 0.0
+    tone = np.sin(2 * np.pi * 200 * np.arange(8000) / 16000) * 0.3
+    audio = np.concatenate([np.zeros(1600), tone, np.full(4800, 1e-4)])
+    assert _voice_end_s((audio * 32767).astype("<i2").tobytes()) == pytest.approx(0.6, abs=0.021)
+    assert _voice_end_s(bytes(32000)) == 0.0
     assert _starts_over("where's the nearest atm".split(), "where is".split())
     assert _starts_over("what interest do you pay".split(), "what interests".split())
     assert not _starts_over("i don't want a machine".split(), "i want someone who works there".split())

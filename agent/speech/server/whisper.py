@@ -46,22 +46,23 @@ MAX_AUDIO_S = 29.0
 STOPPED_SHORT_MARGIN_S = 0.15
 
 
-def _last_voiced_s(audio: np.ndarray) -> float:
-    """Where the last 20 ms of *audio* within 30 dB of its loudest (and over -50 dBFS) ends (s)."""
-    n = len(audio) // 320
-    if n == 0:
-        return 0.0
-    rms = np.sqrt(np.mean(audio[: n * 320].reshape(n, 320) ** 2, axis=1) + 1e-12)
-    db = 20 * np.log10(rms)
-    voiced = np.nonzero(db >= max(db.max() - 30.0, -50.0))[0]
-    return float((voiced[-1] + 1) * 0.02) if len(voiced) else 0.0
+def _voice_end_s(pcm16k: bytes) -> float:
+    """Where the voice of *pcm16k* (its last :data:`MAX_AUDIO_S`, as Whisper reads it) last ends
+    (s), by the recogniser's own energy rule (``media.vad.EnergyVad``, 10 ms frames)."""
+    from media.vad import EnergyVad
+
+    pcm = pcm16k[-int(MAX_AUDIO_S * SAMPLE_RATE_HZ) * 2:]
+    vad, step = EnergyVad(sample_rate_hz=SAMPLE_RATE_HZ), SAMPLE_RATE_HZ // 100 * 2
+    for i in range(0, len(pcm) - step + 1, step):
+        vad.voiced(pcm[i : i + step])
+    return vad.last_voiced_end_ms / 1000.0
 
 
 _CONTRACTED = {"s": "is", "re": "are", "m": "am", "ll": "will", "ve": "have", "d": "would"}
 
 
 def _plain(words: list[str]) -> list[str]:
-    """*words* with contractions written out and a plural's s dropped ("where's" -> "where is"),
+    """*words* with contractions written out and a final s dropped ("where's" -> "where is"),
     for telling a sentence said again in other spellings."""
     out: list[str] = []
     for word in words:
@@ -287,7 +288,7 @@ class WhisperTranscriber:
                 repetition_penalty=REPETITION_PENALTY,
             )[0]
             best = self._heard_only(encoded, result.sequences_ids[0], features.shape[-1], duration_s)
-            chosen = self._stopped_short(encoded, best, result.sequences_ids, features.shape[-1], audio)
+            chosen = self._stopped_short(encoded, best, result.sequences_ids, features.shape[-1], pcm16k)
             if chosen:
                 best = [t for t in result.sequences_ids[chosen] if t < self._eot]
             end, question = (self._sentence_end(encoded, best, features.shape[-1])
@@ -347,10 +348,10 @@ class WhisperTranscriber:
         return tokens
 
     def _stopped_short(self, encoded: object, best: list[int], hypotheses: list[list[int]], frames: int,
-                       audio: np.ndarray) -> int:
+                       pcm16k: bytes) -> int:
         """The index of a hypothesis that goes on from *best* by two words or more, said while the
-        voice goes on (aligned to start at least :data:`STOPPED_SHORT_MARGIN_S` before the audio's
-        last voiced 20 ms), when Whisper's best ended early ("I don't want a machine." of "I don't
+        voice goes on (aligned to start at least :data:`STOPPED_SHORT_MARGIN_S` before the voice's
+        end: :func:`_voice_end_s`), when Whisper's best ended early ("I don't want a machine." of "I don't
         want a machine, I want someone who works there"); 0 (the best) otherwise."""
         said = self._words(best)[0].split()
         if not said:
@@ -371,7 +372,7 @@ class WhisperTranscriber:
             for token, frame in aligned.alignments:
                 starts.setdefault(token, frame)
             # (only the likeliest such reading is weighed: a later one is a guess among guesses)
-            voiced = first in starts and starts[first] * ENCODER_FRAME_S <= _last_voiced_s(audio) - STOPPED_SHORT_MARGIN_S
+            voiced = first in starts and starts[first] * ENCODER_FRAME_S <= _voice_end_s(pcm16k) - STOPPED_SHORT_MARGIN_S
             return index if voiced else 0
         return 0
 
