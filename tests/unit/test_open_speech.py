@@ -505,6 +505,16 @@ def test_cut_repeat_keeps_the_sentence_once() -> None:
     assert cut_repeat(digits) == digits
 
 
+def test_cut_repeat_drops_the_last_two_words_said_again() -> None:
+    assert cut_repeat("sounds good sounds good".split()) == "sounds good".split()
+    assert cut_repeat("no nothing more nothing more".split()) == "no nothing more".split()
+    # one word said twice is a caller's own, two said again inside the sentence too
+    assert cut_repeat("bye bye".split()) == "bye bye".split()
+    assert cut_repeat("and i and i get someone on the line".split()) == "and i and i get someone on the line".split()
+    # an account number may end on a pair said twice
+    assert cut_repeat("five five five oh one two one two".split()) == "five five five oh one two one two".split()
+
+
 def _flite_16k(text: str) -> bytes:
     from agent.speech.server import flite
     from media import convert
@@ -589,14 +599,31 @@ def test_a_misheard_first_piece_does_not_take_away_the_end_the_second_piece_has_
     assert sure <= alone.sentence_end <= judged.sentence_end, (alone, judged)
 
 
-def test_a_reading_that_ended_before_the_voice_did_gives_way_to_one_that_goes_on() -> None:
-    """Whisper's likeliest reading of a telephone line's "I want to cancel a transfer I made
-    yesterday" stops at "transfer" (and "yes, I'd like to go back to the menu" at "back"), the
-    rest said while the voice goes on; the beam's reading that goes on from it is taken, and the
-    short one is kept as another reading. A whole sentence keeps its reading, not one that adds a
-    word in the silence after it."""
+def test_the_end_is_judged_after_a_reading_said_again() -> None:
+    """Whisper reads a telephone line's "are you there tonight" as "Are you there tonight? Are
+    you there tonight", the second time in the silence after the voice: the words are kept
+    once, and the sentence's end (a question) is judged after them, not taken as unknown."""
+    from agent.speech.server.open_speech import SENTENCE_END_MIN_PROBABILITY as sure
     from agent.speech.server.whisper import WhisperTranscriber
 
+    heard = WhisperTranscriber().transcribe(_telephone_16k("are you there tonight", 3200), alternatives=4,
+                                            sentence_end=True)
+    assert heard.text == "are you there tonight", heard
+    assert heard.sentence_end is not None and heard.sentence_end >= sure and heard.question, heard
+
+
+def test_a_reading_that_ended_before_the_voice_did_gives_way_to_one_that_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the repetition penalty at 1.2, Whisper's likeliest reading of a telephone line's "I
+    want to cancel a transfer I made yesterday" stops at "transfer" (and "yes, I'd like to go
+    back to the menu" at "back"), the rest said while the voice goes on (at the shipped 1.1 it
+    reads these whole); the beam's reading that goes on from it is taken, and the short one is
+    kept as another reading. A whole sentence keeps its reading, not one that adds a word in the
+    silence after it."""
+    from agent.speech.server import whisper as module
+    from agent.speech.server.whisper import WhisperTranscriber
+
+    monkeypatch.setattr(module, "REPETITION_PENALTY", 1.2)
     whisper = WhisperTranscriber()
     for said, stopped_at in (("I want to cancel a transfer I made yesterday", "transfer"),
                              ("yes, I'd like to go back to the menu", "back")):

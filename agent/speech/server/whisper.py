@@ -36,7 +36,9 @@ TAIL_PAD_S = 1.0
 #: dev half: docs/speech.md)
 TOKENS_PER_S = 5
 BASE_TOKENS = 3
-REPETITION_PENALTY = 1.2
+#: CTranslate2's penalty on tokens already generated: made-up repeats less likely (chosen on the
+#: dev half's whole utterances at 8 kHz, 1.0-1.3: docs/speech.md "The repetition penalty")
+REPETITION_PENALTY = 1.1
 #: one frame of Whisper's encoder output: two 10 ms feature frames
 ENCODER_FRAME_S = 0.02
 #: utterances longer than this are read in their last 30 s (Whisper's own window)
@@ -204,13 +206,17 @@ def normalise_with_commas(text: str) -> tuple[list[str], tuple[int, ...]]:
 def cut_repeat(words: list[str]) -> list[str]:
     """*words* up to the end of the first run of three or more words said twice in a row, and
     before any three words said a second time further on ("can i get put through to someone in
-    the office and i get put through ..."): Whisper's made-up continuations repeat; callers'
-    sentences this short rarely do. Runs of digits may repeat ("one two three one two three")."""
+    the office and i get put through ..."), and without the last two words when they say the
+    two before them again ("sounds good sounds good", "good night, good night"): Whisper's
+    made-up continuations repeat; callers' sentences this short rarely do. Runs of digits may
+    repeat ("one two three one two three", "... one two one two")."""
     n = len(words)
     for k in range(3, n // 2 + 1):
         for i in range(0, n - 2 * k + 1):
             if words[i : i + k] == words[i + k : i + 2 * k]:
                 return words[: i + k]
+    if n >= 4 and words[-4:-2] == words[-2:] and not all(w in DIGIT_WORDS for w in words[-2:]):
+        return words[:-2]
     seen: set[tuple[str, ...]] = set()
     for i in range(n - 2):
         run = tuple(words[i : i + 3])
@@ -291,6 +297,7 @@ class WhisperTranscriber:
             chosen = self._stopped_short(encoded, best, result.sequences_ids, features.shape[-1], pcm16k)
             if chosen:
                 best = [t for t in result.sequences_ids[chosen] if t < self._eot]
+            best = self._said_once(best)
             end, question = (self._sentence_end(encoded, best, features.shape[-1])
                              if sentence_end else (None, False))
             if sentence_end and before:
@@ -346,6 +353,24 @@ class WhisperTranscriber:
             if all(first_frame.get(j, 0) >= end_frame for j in range(i + 1, len(tokens)) if said[j]):
                 return tokens[: i + 1]
         return tokens
+
+    def _said_once(self, ids: list[int]) -> list[int]:
+        """*ids* without the words at their end that say the words just before them again ("Are
+        you there tonight? Are you there tonight", "sounds good sounds good"; two words or more,
+        not digits): :func:`cut_repeat` drops those, and the sentence's end is then judged
+        after the words kept. Other repeats stay for :func:`cut_repeat` (no end is judged on
+        words that go on after a made-up repeat)."""
+        tokens = [t for t in ids if t < self._eot]
+        words, _ = normalise_with_commas(self._tokenizer.decode(tokens))
+        n = len(words)
+        k = next((k for k in range(2, n // 2 + 1) if words[n - 2 * k : n - k] == words[n - k :]
+                  and not all(w in DIGIT_WORDS for w in words[n - k :])), 0)
+        if not k or cut_repeat(words) != words[: n - k]:
+            return ids
+        # the first token that makes more words than those kept begins the words said again
+        first = next(i for i in range(len(tokens))
+                     if len(normalise_with_commas(self._tokenizer.decode(tokens[: i + 1]))[0]) > n - k)
+        return tokens[:first]
 
     def _stopped_short(self, encoded: object, best: list[int], hypotheses: list[list[int]], frames: int,
                        pcm16k: bytes) -> int:
