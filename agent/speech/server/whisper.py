@@ -357,20 +357,23 @@ class WhisperTranscriber:
     def _said_once(self, ids: list[int]) -> list[int]:
         """*ids* without the words at their end that say the words just before them again ("Are
         you there tonight? Are you there tonight", "sounds good sounds good"; two words or more,
-        not digits): :func:`cut_repeat` drops those, and the sentence's end is then judged
+        not digits) when :func:`cut_repeat` drops just those: the sentence's end is then judged
         after the words kept. Other repeats stay for :func:`cut_repeat` (no end is judged on
         words that go on after a made-up repeat)."""
         tokens = [t for t in ids if t < self._eot]
         words, _ = normalise_with_commas(self._tokenizer.decode(tokens))
-        n = len(words)
-        k = next((k for k in range(2, n // 2 + 1) if words[n - 2 * k : n - k] == words[n - k :]
-                  and not all(w in DIGIT_WORDS for w in words[n - k :])), 0)
-        if not k or cut_repeat(words) != words[: n - k]:
+        kept = len(cut_repeat(words))
+        again = words[kept:]
+        if len(again) < 2 or words[kept - len(again) : kept] != again or all(w in DIGIT_WORDS for w in again):
             return ids
-        # the first token that makes more words than those kept begins the words said again
-        first = next(i for i in range(len(tokens))
-                     if len(normalise_with_commas(self._tokenizer.decode(tokens[: i + 1]))[0]) > n - k)
-        return tokens[:first]
+        return tokens[: self._first_token_past(tokens, kept)]
+
+    def _first_token_past(self, tokens: list[int], n_words: int) -> int:
+        """The index of the first of *tokens* that makes more than *n_words* words (the first
+        token of the word after them); ``len(tokens)`` if none does."""
+        return next((i for i in range(len(tokens))
+                     if len(normalise_with_commas(self._tokenizer.decode(tokens[: i + 1]))[0]) > n_words),
+                    len(tokens))
 
     def _stopped_short(self, encoded: object, best: list[int], hypotheses: list[list[int]], frames: int,
                        pcm16k: bytes) -> int:
@@ -388,10 +391,8 @@ class WhisperTranscriber:
             if len(more) < len(said) + 2 or more[: len(said)] != said or cut_repeat(more) != more \
                     or _starts_over(said, more[len(said):]):
                 continue
-            # the token the added words begin with: the first that makes more words than *said*
-            first = next((i for i in range(len(tokens)) if len(self._words(tokens[: i + 1])[0].split()) > len(said)), None)
-            if first is None:
-                continue
+            # the token the added words begin with
+            first = self._first_token_past(tokens, len(said))
             aligned = self._model.align(encoded, self._prompt, [tokens], frames)[0]
             starts: dict[int, int] = {}
             for token, frame in aligned.alignments:
