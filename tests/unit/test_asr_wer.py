@@ -48,3 +48,18 @@ def test_wer_is_errors_over_reference_words_across_utterances() -> None:
     assert (tally.errors, tally.words, tally.utterances, tally.exact) == (2, 10, 3, 2)
     assert tally.wer == 0.2
     assert bench().Tally().wer == 0.0
+
+
+def test_whisper_settings_are_overridden_by_name_with_the_settings_type() -> None:
+    """``--whisper-set NAME=VALUE`` takes the Whisper reader's numeric settings, typed as they
+    are; an unknown name, a model fact or a value of the wrong type is refused with the choices."""
+    import pytest
+
+    overrides = bench().whisper_overrides
+    assert overrides(["REPETITION_PENALTY=1.2", "TOKENS_PER_S=6"]) == {"REPETITION_PENALTY": 1.2, "TOKENS_PER_S": 6}
+    assert isinstance(overrides(["TOKENS_PER_S=6"])["TOKENS_PER_S"], int)
+    assert overrides([]) == {}
+    for bad, said in (("FOO=1", "REPETITION_PENALTY"), ("SAMPLE_RATE_HZ=8000", "one of"),
+                      ("REPETITION_PENALTY", "NAME=NUMBER"), ("TOKENS_PER_S=5.5", "takes a whole number")):
+        with pytest.raises(ValueError, match=said):
+            overrides([bad])
