@@ -634,7 +634,10 @@ def test_a_reading_that_ended_before_the_voice_did_gives_way_to_one_that_goes_on
     assert whole.text == "bye for now", whole
 
 
-def test_the_voice_ends_at_the_last_loud_20_ms_and_a_reading_said_again_is_told() -> None:
+def test_the_voice_ends_where_the_energy_vad_last_heard_it_and_a_reading_said_again_is_told() -> None:
+    """``_voice_end_s`` is the end of the recogniser's own VAD's last voiced frame (a tone of
+    0.5 s after 0.1 s of silence ends at 0.6 s; near-silence after it is no voice);
+    ``_starts_over`` tells words that begin the reading again from words that go on."""
     from agent.speech.server.whisper import _starts_over, _voice_end_s
 
     tone = np.sin(2 * np.pi * 200 * np.arange(8000) / 16000) * 0.3
