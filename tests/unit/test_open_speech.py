@@ -767,3 +767,30 @@ def test_a_new_sentence_made_up_in_the_appended_silence_is_cut() -> None:
         " could you pass me over to a colleague?", 1)
     # a comma is no sentence's end: a new clause after it stays
     assert _heard_only(" I want my balance, then hang up", {5: 170}, 2.4)[0] == " I want my balance, then hang up"
+
+
+def test_readings_come_from_a_beam_wider_than_they_are_and_one_reading_is_greedy() -> None:
+    """Asked for four readings, Whisper searches a beam of BEAM_SIZE (8) and returns its four
+    best; asked for more than that, the beam is as wide as the readings; asked for one, the
+    search is greedy (a beam of one), as a Riva client asking for one reading expects."""
+    from agent.speech.server import whisper
+
+    transcriber = whisper.WhisperTranscriber()
+    real, asked = transcriber._model, []
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def generate(self, *args: object, **kwargs: object) -> object:
+            asked.append((kwargs["beam_size"], kwargs["num_hypotheses"]))
+            return real.generate(*args, **kwargs)
+
+    transcriber._model = Spy()
+    pcm = _flite_16k("my card was stolen yesterday")
+    four = transcriber.transcribe(pcm, alternatives=4)
+    transcriber.transcribe(pcm, alternatives=1)
+    transcriber.transcribe(pcm, alternatives=whisper.BEAM_SIZE + 2)
+    assert whisper.BEAM_SIZE == 8
+    assert asked == [(8, 4), (1, 1), (10, 10)]
+    assert "stolen" in four.text.split() and len(four.alternatives) <= 3, four

@@ -39,6 +39,13 @@ BASE_TOKENS = 3
 #: CTranslate2's penalty on tokens already generated: made-up repeats less likely (chosen on the
 #: dev half's whole utterances at 8 kHz, 1.0-1.3: docs/speech.md "The repetition penalty")
 REPETITION_PENALTY = 1.1
+#: the beam's width when more than one reading is asked for (one reading: a greedy search); the
+#: readings are the beam's best. Chosen on the dev half, 4 (the readings asked) against 6 and 8:
+#: docs/speech.md "The beam's width"
+BEAM_SIZE = 8
+#: CTranslate2's beam patience and length penalty (its defaults; 0.6-1.2 and 2 changed nothing on dev)
+PATIENCE = 1.0
+LENGTH_PENALTY = 1.0
 #: one frame of Whisper's encoder output: two 10 ms feature frames
 ENCODER_FRAME_S = 0.02
 #: utterances longer than this are read in their last 30 s (Whisper's own window)
@@ -272,8 +279,9 @@ class WhisperTranscriber:
 
     def transcribe(self, pcm16k: bytes, alternatives: int = 1, sentence_end: bool = False,
                    before: tuple[bytes, str] | None = None) -> Transcript:
-        """The words of *pcm16k*; with *alternatives* > 1, a beam search of that width whose other
-        hypotheses come as :attr:`Transcript.alternatives` (about a fifth more CPU at 4); with
+        """The words of *pcm16k*; with *alternatives* > 1, a beam search (:data:`BEAM_SIZE` wide, or
+        *alternatives* if wider) whose other best hypotheses come as :attr:`Transcript.alternatives`
+        (about a third more CPU at 8 than at 4); with
         *sentence_end*, :attr:`Transcript.sentence_end` too (one more pass of the decoder over
         the words, ~13 ms). *before*: the audio and words of the caller's piece just before this
         one (a pause inside the turn, the silence between included): the sentence end is then
@@ -286,7 +294,9 @@ class WhisperTranscriber:
         with self._lock:
             encoded = self._model.encode(batch)
             result = self._model.generate(
-                encoded, [self._prompt], beam_size=max(1, alternatives), num_hypotheses=max(1, alternatives),
+                encoded, [self._prompt], beam_size=max(alternatives, BEAM_SIZE) if alternatives > 1 else 1,
+                num_hypotheses=max(1, alternatives),
+                patience=PATIENCE, length_penalty=LENGTH_PENALTY,
                 suppress_blank=True, return_scores=True,
                 # CTranslate2 4.x generates at most half of max_length for Whisper
                 # (whisper.cc: min(total_max_length / 2, ...)), so the bound is passed doubled.
