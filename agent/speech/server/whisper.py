@@ -215,8 +215,9 @@ def cut_repeat(words: list[str]) -> list[str]:
     before any three words said a second time further on ("can i get put through to someone in
     the office and i get put through ..."), and without the last two words when they say the
     two before them again ("sounds good sounds good", "good night, good night"): Whisper's
-    made-up continuations repeat; callers' sentences this short rarely do. Runs of digits may
-    repeat ("one two three one two three", "... one two one two")."""
+    made-up continuations repeat; callers' sentences this short rarely do. Digits may be said
+    again further on ("one two three four one two three five") and may end on a pair said twice
+    ("... one two one two"); a run of three or more said twice in a row is cut like words."""
     n = len(words)
     for k in range(3, n // 2 + 1):
         for i in range(0, n - 2 * k + 1):
