@@ -16,6 +16,16 @@ from media.frames import SAMPLE_RATE_HZ, BYTES_PER_SAMPLE, rms_dbfs
 
 _BLOCK_MS = 100
 _DIGITAL_SILENCE_DBFS = -90.0
+#: the noise's level and spread are learnt from frames this long after the last voiced one ...
+_NOISE_QUIET_MS = 200.0
+#: ... over about this long (an exponential average) ...
+_NOISE_AVERAGE_MS = 1000.0
+#: ... and count once this much of the noise has been heard
+_NOISE_WARM_MS = 500.0
+#: over a steady noise, the threshold is its level above the floor + _NOISE_MARGIN_DB +
+#: _NOISE_SPREADS x its standard deviation (dB); chosen on the dev half (docs/speech.md)
+_NOISE_MARGIN_DB = 2.0
+_NOISE_SPREADS = 3.0
 
 
 class VadEventType(enum.Enum):
@@ -39,6 +49,12 @@ class VadConfig:
     end_ms: int = 300
     #: a frame is voiced when it is this many dB above the noise floor ...
     threshold_db: float = 12.0
+    #: ... or, over a steady noise (a hiss, a fan, a car: its level measured while the caller is
+    #: quiet, see EnergyVad.threshold_db), as little as this: the noise's own level above the
+    #: floor plus three times its spread plus 2 dB, when that is less than threshold_db. A voice
+    #: 10-15 dB over such a noise has words under 12 dB; babble, which swings, keeps threshold_db
+    #: (docs/speech.md, "Callers in noise")
+    steady_threshold_db: float = 6.0
     #: ... and above this absolute level
     min_level_dbfs: float = -45.0
     #: once speech has started, a frame is voiced only within this many dB of the loudest
@@ -76,6 +92,11 @@ class EnergyVad:
         self._silence_run_ms = 0.0
         self._last_voiced_end_ms = 0.0
         self.level_dbfs = -math.inf
+        # the background's level (dBFS) and variance (dB^2) while the caller is quiet, and how
+        # long it has been heard
+        self._noise_dbfs: float | None = None
+        self._noise_var = 0.0
+        self._noise_ms = 0.0
 
     @property
     def now_ms(self) -> float:
@@ -91,10 +112,20 @@ class EnergyVad:
         """Was the last frame fed voiced?"""
         return self._last_voiced_end_ms == self._t_ms
 
+    @property
+    def threshold_db(self) -> float:
+        """How far over the floor a frame must be to be voiced: ``threshold_db``, or less over a
+        steady noise (``steady_threshold_db``)."""
+        threshold = self.config.threshold_db
+        if self._noise_dbfs is not None and self._noise_ms >= _NOISE_WARM_MS:
+            steady = self._noise_dbfs - self._floor + _NOISE_MARGIN_DB + _NOISE_SPREADS * math.sqrt(self._noise_var)
+            threshold = min(threshold, max(self.config.steady_threshold_db, steady))
+        return threshold
+
     def is_voiced(self, level_dbfs: float) -> bool:
         if self.speaking and level_dbfs < self._peak - self.config.release_db:
             return False
-        return level_dbfs > self.config.min_level_dbfs and level_dbfs > self._floor + self.config.threshold_db
+        return level_dbfs > self.config.min_level_dbfs and level_dbfs > self._floor + self.threshold_db
 
     def voiced(self, pcm: bytes) -> bool:
         """Feed one frame, for a user that wants only the voicing: was it voiced?"""
@@ -108,6 +139,7 @@ class EnergyVad:
         self._t_ms += frame_ms
         level = rms_dbfs(pcm)
         self.level_dbfs = level
+        floor = self._floor
         voiced = self.is_voiced(level)
         events: list[VadEvent] = []
         if voiced:
@@ -131,8 +163,23 @@ class EnergyVad:
                 self.speaking = False
                 self._voiced_run_ms = 0.0
                 events.append(VadEvent(VadEventType.SPEECH_END, self._last_voiced_end_ms))
+        if (not self.speaking and self._t_ms - self._last_voiced_end_ms >= _NOISE_QUIET_MS
+                and level <= floor + self.config.threshold_db):
+            self._track_noise(max(level, _DIGITAL_SILENCE_DBFS), frame_ms)
         self._track_floor(level, frame_ms)
         return events
+
+    def _track_noise(self, level: float, frame_ms: float) -> None:
+        # The background heard while the caller is quiet (no voice for _NOISE_QUIET_MS, nothing
+        # loud): a steady one varies by a dB or so from frame to frame, babble by several.
+        self._noise_ms += frame_ms
+        if self._noise_dbfs is None:
+            self._noise_dbfs = level
+            return
+        a = min(1.0, frame_ms / _NOISE_AVERAGE_MS)
+        d = level - self._noise_dbfs
+        self._noise_dbfs += a * d
+        self._noise_var = (1.0 - a) * (self._noise_var + a * d * d)
 
     def _track_floor(self, level: float, frame_ms: float) -> None:
         # Minimum statistics over the last floor_window_ms, in 100 ms blocks: the pauses

@@ -2,6 +2,8 @@
 import math
 import struct
 
+import numpy as np
+
 from media.vad import EnergyVad, VadConfig, VadEventType
 
 RATE = 16000
@@ -94,3 +96,51 @@ def test_the_fading_end_of_loud_speech_is_not_more_speech():
     feed(softer, [tone(0)] * 5 + [tone(8000)] * 30)
     events = feed(softer, [tone(350)] * 8 + [tone(0)] * 5)
     assert events[0].at_ms == 430.0
+
+
+def noise(amplitude: float, frames: int, seed: int = 1, swing_db: float = 0.0) -> list[bytes]:
+    """*frames* of white noise of RMS *amplitude*; with *swing_db*, each 100 ms at a level drawn
+    within +-swing_db of it (a room of talkers rather than a hiss)."""
+    rng = np.random.default_rng(seed)
+    n = RATE * FRAME_MS // 1000
+    out = []
+    gain = 1.0
+    for i in range(frames):
+        if swing_db and i % 10 == 0:
+            gain = 10 ** (rng.uniform(-swing_db, swing_db) / 20)
+        x = np.clip(rng.standard_normal(n) * amplitude * gain, -32768, 32767).astype("<i2")
+        out.append(x.tobytes())
+    return out
+
+
+def test_a_voice_8_db_over_a_steady_noise_is_heard_to_its_end():
+    """Over a steady hiss (-35 dBFS) heard for 3 s, a voice 8 dB over it starts and ends where it
+    does: the threshold over the floor falls from 12 dB to steady_threshold_db, the hiss's own
+    level and spread being a dB or so. The old rule (12 dB over the floor) hears none of it."""
+    vad = EnergyVad(VadConfig(start_ms=100, end_ms=30))
+    hiss = 580.0  # -35 dBFS
+    feed(vad, noise(hiss, 300))   # (the first 2 s, before the floor learns the hiss, are "speech")
+    assert not vad.speaking
+    assert vad.threshold_db == 6.0
+    # 600 ms of a tone 8 dB over the hiss (RMS 2.5 times), in the hiss
+    mixed = []
+    for frame in noise(hiss, 60, seed=2):
+        x = np.frombuffer(frame, "<i2").astype(float) + np.frombuffer(tone(int(hiss * 2.51 * 1.414)), "<i2")
+        mixed.append(np.clip(x, -32768, 32767).astype("<i2").tobytes())
+    events = feed(vad, mixed + noise(hiss, 20, seed=3))
+    assert [e.type for e in events] == [VadEventType.SPEECH_START, VadEventType.SPEECH_END]
+    assert events[0].at_ms == 3000.0 and events[1].at_ms == 3600.0
+    old = EnergyVad(VadConfig(start_ms=100, end_ms=30, steady_threshold_db=12.0))
+    feed(old, noise(hiss, 300))
+    assert feed(old, mixed) == []
+
+
+def test_a_swinging_noise_keeps_the_full_threshold():
+    """Babble-like noise whose level swings by +-6 dB keeps the threshold at 12 dB over the floor,
+    so its loud moments are not taken for the caller; so does a noise not yet heard long enough."""
+    vad = EnergyVad(VadConfig(start_ms=100, end_ms=30))
+    feed(vad, noise(580.0, 400, swing_db=6.0))
+    assert vad.threshold_db == 12.0
+    fresh = EnergyVad(VadConfig(start_ms=100, end_ms=30, floor_dbfs=-36.0))
+    feed(fresh, noise(580.0, 60))   # 0.6 s, of which less than 0.5 s is 200 ms after any voice
+    assert fresh.threshold_db == 12.0
