@@ -97,6 +97,9 @@ class EnergyVad:
         self._noise_dbfs: float | None = None
         self._noise_var = 0.0
         self._noise_ms = 0.0
+        # once it has been heard for _NOISE_WARM_MS: the level a frame must pass over a steady
+        # noise (its level + margin + spreads, dBFS), kept as the noise is learnt, not per frame
+        self._steady_dbfs: float | None = None
 
     @property
     def now_ms(self) -> float:
@@ -117,9 +120,8 @@ class EnergyVad:
         """How far over the floor a frame must be to be voiced: ``threshold_db``, or less over a
         steady noise (``steady_threshold_db``)."""
         threshold = self.config.threshold_db
-        if self._noise_dbfs is not None and self._noise_ms >= _NOISE_WARM_MS:
-            steady = self._noise_dbfs - self._floor + _NOISE_MARGIN_DB + _NOISE_SPREADS * math.sqrt(self._noise_var)
-            threshold = min(threshold, max(self.config.steady_threshold_db, steady))
+        if self._steady_dbfs is not None:
+            threshold = min(threshold, max(self.config.steady_threshold_db, self._steady_dbfs - self._floor))
         return threshold
 
     def is_voiced(self, level_dbfs: float) -> bool:
@@ -139,7 +141,6 @@ class EnergyVad:
         self._t_ms += frame_ms
         level = rms_dbfs(pcm)
         self.level_dbfs = level
-        floor = self._floor
         voiced = self.is_voiced(level)
         events: list[VadEvent] = []
         if voiced:
@@ -163,8 +164,9 @@ class EnergyVad:
                 self.speaking = False
                 self._voiced_run_ms = 0.0
                 events.append(VadEvent(VadEventType.SPEECH_END, self._last_voiced_end_ms))
+        # (the floor this frame was judged against: _track_floor comes after)
         if (not self.speaking and self._t_ms - self._last_voiced_end_ms >= _NOISE_QUIET_MS
-                and level <= floor + self.config.threshold_db):
+                and level <= self._floor + self.config.threshold_db):
             self._track_noise(max(level, _DIGITAL_SILENCE_DBFS), frame_ms)
         self._track_floor(level, frame_ms)
         return events
@@ -180,6 +182,8 @@ class EnergyVad:
         d = level - self._noise_dbfs
         self._noise_dbfs += a * d
         self._noise_var = (1.0 - a) * (self._noise_var + a * d * d)
+        if self._noise_ms >= _NOISE_WARM_MS:
+            self._steady_dbfs = self._noise_dbfs + _NOISE_MARGIN_DB + _NOISE_SPREADS * math.sqrt(self._noise_var)
 
     def _track_floor(self, level: float, frame_ms: float) -> None:
         # Minimum statistics over the last floor_window_ms, in 100 ms blocks: the pauses

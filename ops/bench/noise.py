@@ -10,7 +10,6 @@ under it, and the mix is coded as G.711 µ-law again, as the caller's line would
 """
 from __future__ import annotations
 
-import audioop
 import hashlib
 import os
 from dataclasses import dataclass
@@ -129,4 +128,4 @@ def mixed(half_dir: str, entry: dict[str, Any], noise: Noise, lead_ms: int, tail
     sound *= np.sqrt(target / max(_power(sound), 1e-12))
     sound[lead:lead + len(speech)] += speech
     pcm = np.clip(np.round(sound), -32768, 32767).astype(np.int16).tobytes()
-    return audioop.ulaw2lin(audioop.lin2ulaw(pcm, 2), 2)
+    return convert.ulaw_to_pcm16(convert.pcm16_to_ulaw(pcm))
